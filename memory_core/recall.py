@@ -1,0 +1,103 @@
+"""Recall: the few facts that matter for a question, from the asking user's partition only."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from datetime import datetime
+
+from memory_core.embedding import Embedder
+from memory_core.models import Fact, RecallHit
+from memory_core.settings import RecallSettings
+from memory_core.store.facts import FactStore
+from memory_core.text import Tokenizer
+
+_BM25_K1 = 1.2
+_BM25_B = 0.75
+# Vector search returns this many candidates per wanted hit; lexical matching re-ranks them.
+_CANDIDATES_PER_HIT = 4
+_MIN_CANDIDATES = 20
+
+
+def bm25_scores(query_terms: Sequence[str], docs: Sequence[Sequence[str]]) -> list[float]:
+    """Okapi BM25 of each doc for the query, with IDF taken over ``docs`` themselves."""
+    if not docs or not query_terms:
+        return [0.0] * len(docs)
+    n = len(docs)
+    avg_len = sum(len(d) for d in docs) / n or 1.0
+    df = Counter(term for doc in docs for term in set(doc))
+    scores = []
+    for doc in docs:
+        tf = Counter(doc)
+        norm = _BM25_K1 * (1 - _BM25_B + _BM25_B * len(doc) / avg_len)
+        score = 0.0
+        for term in set(query_terms):
+            if tf[term]:
+                idf = math.log(1 + (n - df[term] + 0.5) / (df[term] + 0.5))
+                score += idf * tf[term] * (_BM25_K1 + 1) / (tf[term] + norm)
+        scores.append(score)
+    return scores
+
+
+def saturate(score: float) -> float:
+    """Map a BM25 score onto [0, 1): about 0.5 for one shared uncommon term."""
+    return score / (score + 1.5)
+
+
+class Recaller:
+    """Ranks a user's facts for a question: exact cosine search, then BM25 fused in."""
+
+    def __init__(
+        self, store: FactStore, embedder: Embedder, settings: RecallSettings, tokenizer: Tokenizer
+    ) -> None:
+        self._store = store
+        self._embedder = embedder
+        self._settings = settings
+        self._tokenizer = tokenizer
+
+    def recall(
+        self,
+        user_id: str,
+        question: str,
+        now: datetime,
+        k: int | None = None,
+        threshold: float | None = None,
+    ) -> list[RecallHit]:
+        """Return up to ``k`` of ``user_id``'s live facts whose fused score reaches the threshold.
+
+        Args:
+            user_id: the asking user; only their partition is searched.
+            question: the question or current message.
+            now: facts expired at this time are never returned.
+            k: how many at most (settings' default when None).
+            threshold: least fused score (settings' default when None).
+
+        Returns:
+            Hits, best first.
+        """
+        k = k or self._settings.k
+        if threshold is None:
+            threshold = self._settings.threshold
+        if threshold is None:
+            threshold = self._embedder.default_threshold
+        vector = self._embedder.embed_query(question)
+        want = max(k * _CANDIDATES_PER_HIT, _MIN_CANDIDATES)
+        candidates = self._store.search(user_id, vector, want, now)
+        hits = self.rank(question, candidates)
+        return [hit for hit in hits if hit.score >= threshold][:k]
+
+    def rank(self, question: str, candidates: Sequence[tuple[Fact, float]]) -> list[RecallHit]:
+        """Fuse cosine and lexical scores of candidate facts; best first."""
+        weight = self._settings.lexical_weight
+        lexical = [0.0] * len(candidates)
+        if weight > 0 and candidates:
+            terms = self._tokenizer.terms(question)
+            docs = [self._tokenizer.terms(fact.text) for fact, _ in candidates]
+            lexical = [saturate(s) for s in bm25_scores(terms, docs)]
+        hits = [
+            RecallHit(fact=fact, score=cos + weight * lex, vector_score=cos, lexical_score=lex)
+            for (fact, cos), lex in zip(candidates, lexical, strict=True)
+        ]
+        hits.sort(key=lambda h: h.score, reverse=True)
+        return hits

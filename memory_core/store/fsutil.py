@@ -1,0 +1,40 @@
+"""File operations that are durable once they return."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import BinaryIO
+
+from memory_core.errors import StorageError
+
+
+def fsync_dir(path: Path) -> None:
+    """Make renames and creations inside ``path`` durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomically(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """Write a file through a temp file, fsync it, rename it into place and fsync the directory.
+
+    Readers see either the old file or the complete new one, never a torn one.
+
+    Raises:
+        StorageError: any OS error; the temp file is removed and ``path`` is untouched.
+    """
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "wb") as handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+        fsync_dir(path.parent)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise StorageError(f"cannot write {path}: {exc}") from exc

@@ -1,0 +1,187 @@
+"""The in-memory half of a fact shard: one exact FAISS index and fact map per user.
+
+A search never looks outside the asking user's partition, so one user's memories cannot
+surface for another, and small users are not crowded out by big ones (a global index
+filtered by user loses results; see DESIGN.md). Nothing here touches the disk.
+"""
+
+from __future__ import annotations
+
+import heapq
+import secrets
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import faiss
+import numpy as np
+
+from memory_core.models import Fact, as_utc
+
+ExpiryEntry = tuple[datetime, int]
+
+
+@dataclass
+class _Partition:
+    index: faiss.IndexIDMap2
+    facts: dict[int, Fact] = field(default_factory=dict)
+    # Facts that may have to be skipped at search time (superseded, or with an expiry).
+    maybe_hidden: int = 0
+
+
+def _hides(fact: Fact) -> bool:
+    return fact.superseded_by is not None or fact.expire_at is not None
+
+
+class Partitions:
+    """Per-user exact inner-product indexes over unit vectors, plus an expiry queue."""
+
+    def __init__(self, dim: int) -> None:
+        self.dim = dim
+        self._parts: dict[str, _Partition] = {}
+        self._owner: dict[int, str] = {}
+        self._expiry: list[ExpiryEntry] = []
+
+    def owner(self, fact_id: int) -> str | None:
+        """The user owning ``fact_id``, or None."""
+        return self._owner.get(fact_id)
+
+    def fact(self, fact_id: int) -> Fact:
+        """A stored fact by id (KeyError when absent)."""
+        return self._parts[self._owner[fact_id]].facts[fact_id]
+
+    def user_facts(self, user_id: str) -> list[Fact]:
+        """Every stored fact of the user, superseded ones included."""
+        part = self._parts.get(user_id)
+        return list(part.facts.values()) if part else []
+
+    def has_user(self, user_id: str) -> bool:
+        """Whether the user has any stored fact."""
+        return user_id in self._parts
+
+    def new_id(self, taken: set[int]) -> int:
+        """A random positive 63-bit id not used here nor in ``taken``."""
+        while True:
+            candidate = secrets.randbits(63)
+            if candidate and candidate not in self._owner and candidate not in taken:
+                return candidate
+
+    def insert(self, facts: Sequence[Fact], vectors: np.ndarray) -> None:
+        """Add facts with their unit vectors (row i belongs to facts[i])."""
+        by_user: dict[str, list[int]] = {}
+        for row, fact in enumerate(facts):
+            by_user.setdefault(fact.user_id, []).append(row)
+        for user_id, rows in by_user.items():
+            part = self._parts.get(user_id)
+            if part is None:
+                part = self._parts[user_id] = _Partition(faiss.IndexIDMap2(faiss.IndexFlatIP(self.dim)))
+            ids = np.fromiter((facts[r].id for r in rows), dtype=np.int64, count=len(rows))
+            part.index.add_with_ids(np.ascontiguousarray(vectors[rows]), ids)
+            for r in rows:
+                fact = facts[r]
+                part.facts[fact.id] = fact
+                self._owner[fact.id] = user_id
+                part.maybe_hidden += _hides(fact)
+                if fact.expire_at is not None:
+                    heapq.heappush(self._expiry, (fact.expire_at, fact.id))
+
+    def remove(self, ids: Iterable[int]) -> list[int]:
+        """Remove facts by id; unknown ids are ignored. Returns the removed ids."""
+        by_user: dict[str, list[int]] = {}
+        for fact_id in ids:
+            user_id = self._owner.pop(fact_id, None)
+            if user_id is not None:
+                by_user.setdefault(user_id, []).append(fact_id)
+        removed: list[int] = []
+        for user_id, user_ids in by_user.items():
+            part = self._parts[user_id]
+            part.index.remove_ids(np.asarray(user_ids, dtype=np.int64))  # type: ignore[arg-type]
+            for fact_id in user_ids:
+                part.maybe_hidden -= _hides(part.facts.pop(fact_id))
+            if not part.facts:
+                del self._parts[user_id]
+            removed.extend(user_ids)
+        return removed
+
+    def drop_user(self, user_id: str) -> int:
+        """Remove a whole partition; returns how many facts it held."""
+        part = self._parts.pop(user_id, None)
+        if part is None:
+            return 0
+        for fact_id in part.facts:
+            self._owner.pop(fact_id, None)
+        return len(part.facts)
+
+    def mark_superseded(self, pairs: Sequence[tuple[int, int]]) -> None:
+        """Record that each old fact was replaced by the new one."""
+        for old, new in pairs:
+            user_id = self._owner.get(old)
+            if user_id is None:
+                continue
+            part = self._parts[user_id]
+            before = part.facts[old]
+            after = before.model_copy(update={"superseded_by": new})
+            part.facts[old] = after
+            part.maybe_hidden += _hides(after) - _hides(before)
+
+    def search(self, user_id: str, vector: np.ndarray, k: int, now: datetime) -> list[tuple[Fact, float]]:
+        """Exact top-``k`` cosine hits in the user's partition, skipping superseded and expired facts."""
+        part = self._parts.get(user_id)
+        if part is None:
+            return []
+        want = min(part.index.ntotal, k + part.maybe_hidden)
+        scores, ids = part.index.search(vector.reshape(1, -1), want)
+        now = as_utc(now)
+        hits: list[tuple[Fact, float]] = []
+        for score, fact_id in zip(scores[0], ids[0], strict=True):
+            if fact_id < 0:
+                continue
+            fact = part.facts[int(fact_id)]
+            if fact.superseded_by is None and not fact.is_expired(now):
+                hits.append((fact, float(score)))
+                if len(hits) == k:
+                    break
+        return hits
+
+    def vector(self, user_id: str, fact_id: int) -> np.ndarray:
+        """The stored vector of one of the user's facts."""
+        return self._parts[user_id].index.reconstruct(fact_id)
+
+    def pop_due(self, now: datetime, limit: int | None) -> list[ExpiryEntry]:
+        """Take up to ``limit`` queue entries of stored facts expiring before ``now``."""
+        due: list[ExpiryEntry] = []
+        while self._expiry and self._expiry[0][0] < now and (limit is None or len(due) < limit):
+            entry = heapq.heappop(self._expiry)
+            # Entries of facts deleted since they were queued are dropped here.
+            if entry[1] in self._owner and self.fact(entry[1]).expire_at == entry[0]:
+                due.append(entry)
+        return due
+
+    def requeue(self, entries: Iterable[ExpiryEntry]) -> None:
+        """Put entries taken by :meth:`pop_due` back (their deletion failed)."""
+        for entry in entries:
+            heapq.heappush(self._expiry, entry)
+
+    def count_due(self, now: datetime) -> int:
+        """How many stored facts expire before ``now``."""
+        return sum(
+            1
+            for expire_at, fact_id in self._expiry
+            if expire_at < now and fact_id in self._owner and self.fact(fact_id).expire_at == expire_at
+        )
+
+    def export(self) -> tuple[list[Fact], np.ndarray]:
+        """Every stored fact and its vector (row i belongs to facts[i])."""
+        facts: list[Fact] = []
+        blocks: list[np.ndarray] = [np.zeros((0, self.dim), dtype=np.float32)]
+        for part in self._parts.values():
+            ids = faiss.vector_to_array(part.index.id_map)
+            flat = faiss.downcast_index(part.index.index)
+            codes = faiss.vector_to_array(flat.codes)  # type: ignore[attr-defined]
+            blocks.append(codes.view(np.float32).reshape(-1, self.dim))
+            facts.extend(part.facts[int(i)] for i in ids)
+        return facts, np.vstack(blocks)
+
+    def counts(self) -> tuple[int, int]:
+        """(users, facts) stored."""
+        return len(self._parts), len(self._owner)

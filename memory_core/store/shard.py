@@ -1,0 +1,363 @@
+"""A fact shard: the facts of a set of users, searchable per user, durable on disk.
+
+The searchable state lives in :class:`Partitions` (one exact FAISS index per user).
+Durability: every change is appended to the write-ahead log and fsynced before the call
+returns. Snapshots are written every ``snapshot_every`` records; on open the newest valid
+snapshot is loaded and the log after it replayed.
+"""
+
+from __future__ import annotations
+
+import shutil
+import struct
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import faiss
+import numpy as np
+import pyarrow as pa
+
+from memory_core.errors import CorruptionError, NotFoundError, StorageError, ValidationError
+from memory_core.models import Fact, NewFact, as_utc
+from memory_core.settings import LimitSettings
+from memory_core.store import snapshot as snap
+from memory_core.store import wal
+from memory_core.store.arrow_codec import (
+    batch_to_facts,
+    batch_to_ipc,
+    fact_schema,
+    facts_to_batch,
+    ipc_to_table,
+)
+from memory_core.store.partitions import Partitions
+from memory_core.validation import check_text, check_user_id, check_vectors
+
+
+@dataclass(frozen=True)
+class RecoveryReport:
+    """What opening a shard found on disk."""
+
+    snapshot_seq: int | None
+    skipped_snapshots: tuple[int, ...]
+    replayed_records: int
+    torn_tail: wal.TornTail | None
+
+
+class FactShard:
+    """Owns the facts of the users routed to one shard directory.
+
+    Not safe for concurrent use from several processes; one process owns a shard directory.
+    Calls from several threads are serialized.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        dim: int,
+        limits: LimitSettings | None = None,
+        snapshot_every: int = 50_000,
+    ) -> None:
+        """Open (or create) the shard in ``directory``, recovering from snapshot + log.
+
+        Raises:
+            CorruptionError: the log is damaged where acknowledged data could be lost, or the
+                log segments a usable snapshot needs are missing.
+            StorageError: the directory cannot be created or written.
+        """
+        faiss.omp_set_num_threads(1)
+        self.directory = directory
+        self.dim = dim
+        self._limits = limits or LimitSettings()
+        self._snapshot_every = snapshot_every
+        self._lock = threading.RLock()
+        self._mem = Partitions(dim)
+        self._records_since_snapshot = 0
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StorageError(f"cannot create shard directory {directory}: {exc}") from exc
+        self.recovery = self._recover()
+        self._wal = wal.WalWriter(directory, self._current_seq)
+
+    # ----------------------------------------------------------------- recovery
+
+    def _recover(self) -> RecoveryReport:
+        skipped: list[int] = []
+        loaded: snap.Snapshot | None = None
+        for seq in snap.list_snapshots(self.directory):
+            loaded = snap.read_snapshot(self.directory, seq)
+            if loaded is not None:
+                break
+            skipped.append(seq)
+        start = loaded.seq if loaded else 0
+        if loaded is not None:
+            facts, vectors = batch_to_facts(loaded.table)
+            self._mem.insert(facts, vectors)
+        segments = [s for s in wal.list_segments(self.directory) if s >= start]
+        if (segments and segments[0] != start) or (not segments and skipped and loaded is None):
+            raise CorruptionError(
+                str(self.directory),
+                f"snapshot {start if loaded else 'none'} is usable but log segment {start} is missing",
+            )
+        replayed = 0
+        torn: wal.TornTail | None = None
+        for _, records, tail in wal.iter_records(self.directory, segments):
+            for record in records:
+                self._apply(record)
+            replayed += len(records)
+            torn = tail or torn
+        self._current_seq = segments[-1] if segments else start
+        self._records_since_snapshot = replayed
+        return RecoveryReport(loaded.seq if loaded else None, tuple(skipped), replayed, torn)
+
+    def _apply(self, record: wal.Record) -> None:
+        if record.op is wal.Op.ADD:
+            facts, vectors = batch_to_facts(ipc_to_table(record.payload))
+            self._mem.insert(facts, vectors)
+        elif record.op is wal.Op.DELETE:
+            self._mem.remove(np.frombuffer(record.payload, dtype=np.int64).tolist())
+        elif record.op is wal.Op.ERASE_USER:
+            self._mem.drop_user(record.payload.decode("utf-8"))
+        elif record.op is wal.Op.SUPERSEDE:
+            pairs = np.frombuffer(record.payload, dtype=np.int64).reshape(-1, 2)
+            self._mem.mark_superseded([(int(a), int(b)) for a, b in pairs])
+
+    # ----------------------------------------------------------------- logging
+
+    def _log(self, op: wal.Op, payload: bytes) -> None:
+        self._wal.append(op, payload)
+        self._records_since_snapshot += 1
+
+    def _maybe_snapshot(self) -> None:
+        if self._records_since_snapshot >= self._snapshot_every:
+            self.snapshot()
+
+    # --------------------------------------------------------------- public API
+
+    def validate(self, new_facts: Sequence[NewFact], vectors: np.ndarray) -> tuple[list[str], np.ndarray]:
+        """Check a batch without storing it.
+
+        Returns:
+            The cleaned texts and the unit-normalised vectors.
+
+        Raises:
+            ValidationError: a user id, text or vector is invalid, or the batch is too big.
+        """
+        if len(new_facts) > self._limits.max_batch:
+            raise ValidationError(f"batch of {len(new_facts)} facts, limit is {self._limits.max_batch}")
+        unit = check_vectors(vectors, self.dim, len(new_facts))
+        texts = [check_text(f.text, self._limits.max_text_chars) for f in new_facts]
+        for item in new_facts:
+            check_user_id(item.user_id, self._limits.max_user_id_chars)
+        return texts, unit
+
+    def add(self, new_facts: Sequence[NewFact], vectors: np.ndarray) -> list[Fact]:
+        """Validate and store facts with their vectors as one atomic, durable batch.
+
+        Args:
+            new_facts: the facts; texts are stored stripped of surrounding whitespace.
+            vectors: (len(new_facts), dim) array; rows are normalised to unit length.
+
+        Returns:
+            The stored facts with their assigned ids, in input order.
+
+        Raises:
+            ValidationError: a user id, text or vector is invalid, or the batch is too big;
+                nothing of the batch is stored.
+            StorageError: the batch was not logged; nothing of it is stored.
+        """
+        if not new_facts:
+            return []
+        texts, unit = self.validate(new_facts, vectors)
+        with self._lock:
+            facts: list[Fact] = []
+            taken: set[int] = set()
+            for item, text in zip(new_facts, texts, strict=True):
+                fact_id = self._mem.new_id(taken)
+                taken.add(fact_id)
+                fields = {**dict(item), "text": text}
+                facts.append(Fact.model_construct(**fields, id=fact_id, superseded_by=None))
+            vectors = unit
+            batch = facts_to_batch(facts, vectors, self.dim)
+            self._log(wal.Op.ADD, batch_to_ipc(batch))
+            self._mem.insert(facts, vectors)
+            self._maybe_snapshot()
+            return facts
+
+    def search(self, user_id: str, vector: np.ndarray, k: int, now: datetime) -> list[tuple[Fact, float]]:
+        """Exact top-``k`` cosine search inside ``user_id``'s partition.
+
+        Superseded facts and facts expired at ``now`` are never returned.
+
+        Returns:
+            (fact, cosine) pairs, best first.
+        """
+        with self._lock:
+            return self._mem.search(user_id, vector, k, now)
+
+    def _check_owned(self, user_id: str, fact_ids: Sequence[int]) -> None:
+        missing = [i for i in fact_ids if self._mem.owner(i) != user_id]
+        if missing:
+            raise NotFoundError(user_id, missing)
+
+    def get(self, user_id: str, fact_id: int) -> Fact:
+        """Return one of ``user_id``'s facts.
+
+        Raises:
+            NotFoundError: the id does not exist or belongs to another user.
+        """
+        with self._lock:
+            self._check_owned(user_id, [fact_id])
+            return self._mem.fact(fact_id)
+
+    def list_user(self, user_id: str, include_superseded: bool = False) -> list[Fact]:
+        """All of ``user_id``'s facts, oldest first."""
+        with self._lock:
+            facts = self._mem.user_facts(user_id)
+        if not include_superseded:
+            facts = [f for f in facts if f.superseded_by is None]
+        return sorted(facts, key=lambda f: (f.created_at, f.id))
+
+    def vectors_of(self, user_id: str, fact_ids: Sequence[int]) -> np.ndarray:
+        """The stored vectors of some of ``user_id``'s facts, in the given order.
+
+        Raises:
+            NotFoundError: an id is not one of the user's facts.
+        """
+        with self._lock:
+            self._check_owned(user_id, fact_ids)
+            rows = [self._mem.vector(user_id, int(i)) for i in fact_ids]
+        return np.vstack(rows) if rows else np.zeros((0, self.dim), dtype=np.float32)
+
+    def delete(self, user_id: str, fact_ids: Sequence[int]) -> list[int]:
+        """Delete some of ``user_id``'s facts, durably.
+
+        Raises:
+            NotFoundError: an id is not one of the user's facts; nothing is deleted.
+            StorageError: the deletion was not logged; nothing is deleted.
+        """
+        with self._lock:
+            unique = list(dict.fromkeys(int(i) for i in fact_ids))
+            self._check_owned(user_id, unique)
+            if not unique:
+                return []
+            self._log(wal.Op.DELETE, np.asarray(unique, dtype=np.int64).tobytes())
+            removed = self._mem.remove(unique)
+            self._maybe_snapshot()
+            return removed
+
+    def supersede(self, user_id: str, old_id: int, new_id: int) -> None:
+        """Mark ``old_id`` as replaced by ``new_id``; it stays stored but is no longer recalled.
+
+        Raises:
+            NotFoundError: either id is not one of the user's facts.
+        """
+        with self._lock:
+            self._check_owned(user_id, [old_id, new_id])
+            self._log(wal.Op.SUPERSEDE, struct.pack("<qq", old_id, new_id))
+            self._mem.mark_superseded([(old_id, new_id)])
+            self._maybe_snapshot()
+
+    def expire(self, now: datetime, limit: int | None = None) -> list[int]:
+        """Durably delete up to ``limit`` facts whose ``expire_at`` is before ``now``.
+
+        Returns:
+            The deleted ids (empty when nothing is due).
+        """
+        with self._lock:
+            due = self._mem.pop_due(as_utc(now), limit)
+            if not due:
+                return []
+            ids = [fact_id for _, fact_id in due]
+            try:
+                self._log(wal.Op.DELETE, np.asarray(ids, dtype=np.int64).tobytes())
+            except StorageError:
+                self._mem.requeue(due)
+                raise
+            removed = self._mem.remove(ids)
+            self._maybe_snapshot()
+            return removed
+
+    def count_due(self, now: datetime) -> int:
+        """How many stored facts have ``expire_at`` before ``now`` (for dry runs)."""
+        with self._lock:
+            return self._mem.count_due(as_utc(now))
+
+    def erase_user(self, user_id: str) -> int:
+        """Remove every trace of ``user_id``: facts, and (by compaction) old logs and snapshots.
+
+        Returns:
+            How many facts were deleted.
+        """
+        with self._lock:
+            if not self._mem.has_user(user_id):
+                return 0
+            self._log(wal.Op.ERASE_USER, user_id.encode("utf-8"))
+            count = self._mem.drop_user(user_id)
+            self.snapshot(purge=True)
+            return count
+
+    def snapshot(self, purge: bool = False) -> int:
+        """Write a snapshot of every live fact and start a new log segment.
+
+        Args:
+            purge: delete every older snapshot and log segment (erasure), instead of keeping
+                the previous snapshot and its log as a fallback.
+
+        Returns:
+            The new snapshot's sequence number.
+        """
+        with self._lock:
+            seq = self._current_seq + 1
+            snap.write_snapshot(self.directory, seq, self._table())
+            self._wal.close()
+            self._wal = wal.WalWriter(self.directory, seq)
+            self._current_seq = seq
+            self._records_since_snapshot = 0
+            self._prune(keep_from=seq if purge else self._previous_snapshot(seq))
+            return seq
+
+    def _previous_snapshot(self, seq: int) -> int:
+        older = [s for s in snap.list_snapshots(self.directory) if s < seq]
+        # Without an older snapshot the fallback is a replay of the log from its start.
+        return older[0] if older else 0
+
+    def _prune(self, keep_from: int) -> None:
+        try:
+            for old in snap.list_snapshots(self.directory):
+                if old < keep_from:
+                    snap.remove_snapshot(self.directory, old)
+            for old in wal.list_segments(self.directory):
+                if old < keep_from:
+                    wal.segment_path(self.directory, old).unlink()
+        except OSError as exc:
+            raise StorageError(f"cannot prune old files in {self.directory}: {exc}") from exc
+
+    def _table(self) -> pa.Table:
+        facts, vectors = self._mem.export()
+        batch = facts_to_batch(facts, vectors, self.dim)
+        return pa.Table.from_batches([batch], schema=fact_schema(self.dim))
+
+    def stats(self) -> dict[str, int]:
+        """Counts for health checks and metrics."""
+        with self._lock:
+            users, facts = self._mem.counts()
+            return {
+                "users": users,
+                "facts": facts,
+                "log_seq": self._current_seq,
+                "records_since_snapshot": self._records_since_snapshot,
+            }
+
+    def close(self) -> None:
+        """Close the log; the shard must not be used afterwards."""
+        with self._lock:
+            self._wal.close()
+
+    def destroy(self) -> None:
+        """Close the shard and delete its directory (tests, benchmarks)."""
+        self.close()
+        shutil.rmtree(self.directory, ignore_errors=True)
