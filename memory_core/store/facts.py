@@ -10,7 +10,7 @@ from typing import Protocol
 
 import numpy as np
 
-from memory_core.errors import ConfigError, StorageError
+from memory_core.errors import ConfigError, InvalidVectorError, StorageError
 from memory_core.models import Fact, NewFact
 from memory_core.routing import shard_of
 from memory_core.settings import LimitSettings, StorageSettings
@@ -54,6 +54,10 @@ class FactStore(Protocol):
 
     def expire(self, now: datetime, limit: int | None = None) -> int:
         """Delete facts with expire_at before ``now``; returns how many."""
+        ...
+
+    def count_due(self, now: datetime) -> int:
+        """How many facts have expire_at before ``now``."""
         ...
 
     def erase_user(self, user_id: str) -> int:
@@ -119,6 +123,8 @@ class LocalFactStore:
         if len(rows_by_shard) <= 1:
             return self._shard(new_facts[0].user_id).add(new_facts, vectors) if new_facts else []
         matrix = np.asarray(vectors)
+        if matrix.ndim != 2 or matrix.shape[0] != len(new_facts):
+            raise InvalidVectorError(f"expected {len(new_facts)} rows, got shape {matrix.shape}")
         for shard_no, rows in rows_by_shard.items():
             # Dry validation first so that no shard writes when another's part is invalid.
             self.shards[shard_no].validate([new_facts[r] for r in rows], matrix[rows])
@@ -168,6 +174,10 @@ class LocalFactStore:
     def expire(self, now: datetime, limit: int | None = None) -> int:
         """Delete expired facts in every shard; ``limit`` bounds each shard's batch."""
         return sum(len(shard.expire(now, limit)) for shard in self.shards)
+
+    def count_due(self, now: datetime) -> int:
+        """How many facts in all shards have expire_at before ``now``."""
+        return sum(shard.count_due(now) for shard in self.shards)
 
     def erase_user(self, user_id: str) -> int:
         """Remove the user's facts and compact their shard so no old file holds them."""

@@ -1,0 +1,3 @@
+from longmem.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,225 @@
+"""``longmem`` commands: store, recall, forget and inspect memories on this machine.
+
+Every command takes ``--data-dir`` and ``--config``; everything else comes from the
+settings (env vars ``LONGMEM_...``, see README). Errors from longmem print one line on
+stderr and exit with status 2; nothing is half-written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from memory_core.errors import LongmemError
+from memory_core.models import Fact, RecallHit, Tag
+from memory_core.service import MemoryService, Remember, open_local_service
+from memory_core.settings import load_settings
+
+_DURATION = re.compile(r"(\d+)\s*([mhdw])")
+_UNITS = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def parse_duration(text: str) -> timedelta:
+    """Parse ``90m``, ``2h``, ``3d``, ``1w`` (or combinations like ``1d12h``)."""
+    parts = _DURATION.findall(text.strip().lower())
+    if not parts or "".join(f"{n}{u}" for n, u in parts) != re.sub(r"\s", "", text.lower()):
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (use e.g. 90m, 2h, 3d, 1w)")
+    return sum((timedelta(**{_UNITS[u]: int(n)}) for n, u in parts), timedelta())
+
+
+def parse_time(text: str) -> datetime:
+    """Parse an ISO 8601 time; a time without offset is taken as UTC."""
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not an ISO 8601 time: {text!r}") from exc
+
+
+def _fact_json(fact: Fact) -> dict[str, Any]:
+    return json.loads(fact.model_dump_json())
+
+
+def _hit_json(hit: RecallHit) -> dict[str, Any]:
+    return {**_fact_json(hit.fact), "score": round(hit.score, 4)}
+
+
+def _print(obj: object) -> None:
+    print(json.dumps(obj, ensure_ascii=False))
+
+
+def cmd_remember(svc: MemoryService, args: argparse.Namespace) -> None:
+    item = Remember(text=args.text, tag=Tag(args.tag), ttl=args.ttl, expire_at=args.expire_at)
+    for fact in svc.remember(args.user, [item], at=args.at):
+        _print(_fact_json(fact))
+
+
+def cmd_recall(svc: MemoryService, args: argparse.Namespace) -> None:
+    for hit in svc.recall(args.user, args.question, args.k):
+        _print(_hit_json(hit))
+
+
+def cmd_facts(svc: MemoryService, args: argparse.Namespace) -> None:
+    for fact in svc.list_facts(args.user, include_superseded=args.all):
+        _print(_fact_json(fact))
+
+
+def cmd_forget(svc: MemoryService, args: argparse.Namespace) -> None:
+    _print({"deleted": svc.forget_ids(args.user, args.ids)})
+
+
+def cmd_prefer(svc: MemoryService, args: argparse.Namespace) -> None:
+    _print(json.loads(svc.set_preference(args.user, args.text, source="cli", key=args.key).model_dump_json()))
+
+
+def cmd_profile(svc: MemoryService, args: argparse.Namespace) -> None:
+    for entry in svc.profile(args.user):
+        _print(json.loads(entry.model_dump_json()))
+
+
+def cmd_unprefer(svc: MemoryService, args: argparse.Namespace) -> None:
+    svc.delete_preference(args.user, args.key)
+    _print({"deleted": args.key})
+
+
+def cmd_prompt(svc: MemoryService, args: argparse.Namespace) -> None:
+    print(svc.build_prompt(args.user, args.session, args.question, args.k))
+
+
+def cmd_sweep(svc: MemoryService, args: argparse.Namespace) -> None:
+    if args.dry_run:
+        _print({"due": svc.count_due(args.now)})
+    else:
+        _print({"deleted": svc.sweep(args.now)})
+
+
+def cmd_erase(svc: MemoryService, args: argparse.Namespace) -> None:
+    receipt = svc.erase(args.user)
+    _print(receipt.__dict__)
+
+
+def cmd_demo(svc: MemoryService, args: argparse.Namespace) -> None:
+    """Store a few facts in two languages, recall them, show a prompt and an expiry."""
+    now = svc.clock.now()
+    user = "demo-user"
+    facts = [
+        Remember("我在长沙开装修公司，之前找过三家服务商都不满意", Tag.IDENTITY),
+        Remember("我最想解决的是线上获客，引流一直做不起来", Tag.REQUIREMENT),
+        Remember("I'm a backend engineer and I mostly write Go", Tag.IDENTITY),
+        Remember(
+            "I'm at the airport, my flight to Berlin boards in 40 minutes", Tag.EVENT, ttl=timedelta(hours=6)
+        ),
+    ]
+    for fact in svc.remember(user, facts):
+        print(
+            f"remembered #{fact.id}: {fact.text}"
+            + (f"  (until {fact.expire_at:%Y-%m-%d %H:%M})" if fact.expire_at else "")
+        )
+    svc.set_preference(user, "Keep answers short; no sales pitches.", source="demo")
+    for question in ["我的公司在哪个城市？", "What language do I program in?", "Where is my flight going?"]:
+        hits = svc.recall(user, question, k=3)
+        print(f"\nrecall: {question}")
+        for hit in hits:
+            print(f"  {hit.score:.3f}  {hit.fact.text}")
+    print("\n--- prompt for 'Any tips for my trip?' ---")
+    print(svc.build_prompt(user, "demo-session", "Any tips for my trip?", k=3))
+    later = now + timedelta(days=1)
+    print(f"\nsweep at {later:%Y-%m-%d %H:%M}: deleted {svc.sweep(later)} expired fact(s)")
+    print(
+        "recall 'Where is my flight going?' after the sweep:",
+        [h.fact.text for h in svc.recall(user, "Where is my flight going?", k=3)],
+    )
+    receipt = svc.erase(user)
+    print(f"erased {user}: {receipt.facts} facts, {receipt.profile_entries} profile entries")
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="longmem", description="Long-term memory for AI agents.")
+    parser.add_argument("--data-dir", type=Path, help="data directory (default: settings, ./longmem-data)")
+    parser.add_argument("--config", type=Path, help="JSON or TOML settings file")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def add(
+        name: str, func: Callable[[MemoryService, argparse.Namespace], None], help_: str
+    ) -> argparse.ArgumentParser:
+        cmd = sub.add_parser(name, help=help_, description=help_)
+        cmd.set_defaults(func=func)
+        return cmd
+
+    def user(cmd: argparse.ArgumentParser) -> None:
+        cmd.add_argument("--user", required=True, help="user id")
+
+    cmd = add("remember", cmd_remember, "store a fact for a user")
+    user(cmd)
+    cmd.add_argument("text")
+    cmd.add_argument("--tag", default=Tag.OTHER.value, choices=[t.value for t in Tag])
+    cmd.add_argument("--ttl", type=parse_duration, help="temporary fact: lifetime like 2h or 3d")
+    cmd.add_argument("--expire-at", type=parse_time, help="temporary fact: ISO 8601 expiry time")
+    cmd.add_argument("--at", type=parse_time, help="when it was said (default: now)")
+
+    cmd = add("recall", cmd_recall, "recall a user's memories that matter for a question")
+    user(cmd)
+    cmd.add_argument("question")
+    cmd.add_argument("-k", type=int, help="how many memories at most (default: settings)")
+
+    cmd = add("facts", cmd_facts, "list a user's stored facts")
+    user(cmd)
+    cmd.add_argument("--all", action="store_true", help="include superseded facts")
+
+    cmd = add("forget", cmd_forget, "delete some of a user's facts by id")
+    user(cmd)
+    cmd.add_argument("ids", type=int, nargs="+")
+
+    cmd = add("prefer", cmd_prefer, "add a lasting preference to a user's profile")
+    user(cmd)
+    cmd.add_argument("text")
+    cmd.add_argument("--key", help="stable key (default: derived from the text)")
+
+    user(add("profile", cmd_profile, "show a user's profile"))
+
+    cmd = add("unprefer", cmd_unprefer, "delete a profile entry by key")
+    user(cmd)
+    cmd.add_argument("key")
+
+    cmd = add("prompt", cmd_prompt, "print the prompt an agent would get for a question")
+    user(cmd)
+    cmd.add_argument("question")
+    cmd.add_argument("--session", default="cli")
+    cmd.add_argument("-k", type=int)
+
+    cmd = add("sweep", cmd_sweep, "delete expired facts")
+    cmd.add_argument("--now", type=parse_time, help="sweep as of this time (default: now)")
+    cmd.add_argument("--dry-run", action="store_true", help="only count what would be deleted")
+
+    user(add("erase", cmd_erase, "remove every trace of a user"))
+
+    cmd = add("demo", cmd_demo, "show longmem working end to end on a throwaway data dir")
+    cmd.set_defaults(throwaway=True)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; returns the process exit status."""
+    args = _build_parser().parse_args(argv)
+    try:
+        overrides: dict[str, Any] = {}
+        with tempfile.TemporaryDirectory(prefix="longmem-demo-") as scratch:
+            data_dir = args.data_dir or (Path(scratch) if getattr(args, "throwaway", False) else None)
+            if data_dir is not None:
+                overrides["storage"] = {"data_dir": data_dir}
+            settings = load_settings(args.config, **overrides)
+            svc = open_local_service(settings)
+            try:
+                args.func(svc, args)
+            finally:
+                svc.close()
+    except LongmemError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0

@@ -1,0 +1,76 @@
+"""Recall on the real embedder and real FAISS: right facts, own user only, superseded hidden."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+
+from memory_core.models import Tag
+from memory_core.service import MemoryService, Remember
+
+
+def _texts(svc: MemoryService, user: str, question: str, k: int = 5) -> list[str]:
+    return [hit.fact.text for hit in svc.recall(user, question, k)]
+
+
+def test_two_users_with_similar_facts_only_see_their_own(service: MemoryService) -> None:
+    service.remember("alice", [Remember("I live in Hangzhou and work as a nurse", Tag.IDENTITY)])
+    service.remember("bob", [Remember("I live in Hangzhou and work as a teacher", Tag.IDENTITY)])
+    service.remember("carol", [Remember("我住在杭州，是一名护士", Tag.IDENTITY)])
+    alice = service.recall("alice", "Where do I live and what is my job?", k=5, )
+    assert [h.fact.text for h in alice] == ["I live in Hangzhou and work as a nurse"]
+    assert all(h.fact.user_id == "alice" for h in alice)
+    assert _texts(service, "bob", "What is my job?") == ["I live in Hangzhou and work as a teacher"]
+    assert _texts(service, "carol", "我是做什么工作的？") == ["我住在杭州，是一名护士"]
+    assert _texts(service, "dave", "Where do I live?") == []
+
+
+def test_recall_ranks_the_relevant_fact_first_in_both_languages(service: MemoryService) -> None:
+    service.remember(
+        "u1",
+        [
+            Remember("我是做装修公司的，在长沙", Tag.IDENTITY),
+            Remember("我对花生过敏", Tag.IDENTITY),
+            Remember("我女儿今年上小学三年级", Tag.IDENTITY),
+            Remember("I'm a backend engineer and I mostly write Go", Tag.IDENTITY),
+            Remember("My dog is called Biscuit", Tag.IDENTITY),
+        ],
+    )
+    assert "长沙" in _texts(service, "u1", "我的公司在哪个城市？")[0]
+    assert "花生" in _texts(service, "u1", "我有什么过敏的东西吗")[0]
+    assert "Go" in _texts(service, "u1", "What programming language do I use?")[0]
+    assert "Biscuit" in _texts(service, "u1", "What's my dog's name?")[0]
+
+
+def test_k_and_threshold_bound_the_results(service: MemoryService) -> None:
+    service.remember("u2", [Remember(f"My favourite number is {n}") for n in range(10)])
+    assert len(service.recall("u2", "What is my favourite number?", k=3)) == 3
+    assert service.recaller.recall("u2", "favourite number", service.clock.now(), k=5, threshold=1.5) == []
+
+
+def test_superseded_fact_is_kept_but_not_recalled(service: MemoryService) -> None:
+    old, = service.remember("u3", [Remember("I live in Hangzhou", Tag.IDENTITY)])
+    new, = service.remember("u3", [Remember("I moved to Shenzhen", Tag.IDENTITY)])
+    service.facts.supersede("u3", old.id, new.id)
+    assert _texts(service, "u3", "Which city do I live in?") == ["I moved to Shenzhen"]
+    history = service.list_facts("u3", include_superseded=True)
+    assert {f.text for f in history} == {"I live in Hangzhou", "I moved to Shenzhen"}
+    assert service.get_fact("u3", old.id).superseded_by == new.id
+
+
+def test_expired_fact_is_not_recalled_even_before_the_sweep(service: MemoryService) -> None:
+    service.remember("u4", [Remember("I'm at the airport, flying to Berlin", Tag.EVENT, ttl=timedelta(hours=3))])
+    assert _texts(service, "u4", "Where am I flying?") != []
+    service.clock.advance(timedelta(hours=4))  # type: ignore[attr-defined]
+    assert _texts(service, "u4", "Where am I flying?") == []
+
+
+def test_facts_survive_a_restart(open_service: Callable[[], MemoryService]) -> None:
+    svc = open_service()
+    stored = svc.remember("u5", [Remember("我每天早上跑步五公里"), Remember("I prefer tea over coffee")])
+    svc.set_preference("u5", "回答要简短")
+    svc.close()
+    again = open_service()
+    assert {f.id for f in again.list_facts("u5")} == {f.id for f in stored}
+    assert "跑步" in _texts(again, "u5", "我有什么运动习惯？")[0]
+    assert [e.text for e in again.profile("u5")] == ["回答要简短"]
