@@ -59,11 +59,15 @@ def evaluate(name: EmbedderName, weights: list[float]) -> None:
             irr_cos += [float(c) for i, c in enumerate(cos) if i not in relevant]
             candidates = sorted(zip(facts, cos.tolist(), strict=True), key=lambda p: -p[1])
             prepared.append((user["lang"], query["q"], relevant, candidates))
-    print(f"\n== {name.value}: dim {embedder.dim}, query latency p50 {statistics.median(latencies):.1f} ms, "
-          f"p90 {np.percentile(latencies, 90):.1f} ms")
-    print(f"   cosine relevant p10/p50 {np.percentile(rel_cos, 10):.3f}/{np.median(rel_cos):.3f}; "
-          f"irrelevant p50/p90/p99 {np.median(irr_cos):.3f}/{np.percentile(irr_cos, 90):.3f}/"
-          f"{np.percentile(irr_cos, 99):.3f}")
+    print(
+        f"\n== {name.value}: dim {embedder.dim}, query latency p50 {statistics.median(latencies):.1f} ms, "
+        f"p90 {np.percentile(latencies, 90):.1f} ms"
+    )
+    print(
+        f"   cosine relevant p10/p50 {np.percentile(rel_cos, 10):.3f}/{np.median(rel_cos):.3f}; "
+        f"irrelevant p50/p90/p99 {np.median(irr_cos):.3f}/{np.percentile(irr_cos, 90):.3f}/"
+        f"{np.percentile(irr_cos, 99):.3f}"
+    )
     for weight in weights:
         recaller = Recaller(None, embedder, RecallSettings(lexical_weight=weight), tokenizer)  # type: ignore[arg-type]
         per_lang: dict[str, list[tuple[float, float, float]]] = {}

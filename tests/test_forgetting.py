@@ -36,7 +36,7 @@ def test_sweep_removes_exactly_the_expired_facts(service: MemoryService) -> None
 
 def test_fact_expiring_exactly_now_is_kept_until_after(service: MemoryService) -> None:
     now = service.clock.now()
-    fact, = service.remember("u", [Remember("boarding soon", ttl=timedelta(hours=1))])
+    (fact,) = service.remember("u", [Remember("boarding soon", ttl=timedelta(hours=1))])
     assert service.sweep(now + timedelta(hours=1)) == 0
     assert service.sweep(now + timedelta(hours=1, microseconds=1)) == 1
     with pytest.raises(NotFoundError):
@@ -65,7 +65,7 @@ def test_expiry_survives_restart(open_service: Callable[[], MemoryService]) -> N
 
 
 def test_delete_by_id_only_for_the_owner(service: MemoryService) -> None:
-    mine, = service.remember("owner", [Remember("my bank is ACME")])
+    (mine,) = service.remember("owner", [Remember("my bank is ACME")])
     with pytest.raises(NotFoundError):
         service.forget_ids("intruder", [mine.id])
     with pytest.raises(NotFoundError):

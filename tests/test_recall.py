@@ -17,7 +17,11 @@ def test_two_users_with_similar_facts_only_see_their_own(service: MemoryService)
     service.remember("alice", [Remember("I live in Hangzhou and work as a nurse", Tag.IDENTITY)])
     service.remember("bob", [Remember("I live in Hangzhou and work as a teacher", Tag.IDENTITY)])
     service.remember("carol", [Remember("我住在杭州，是一名护士", Tag.IDENTITY)])
-    alice = service.recall("alice", "Where do I live and what is my job?", k=5, )
+    alice = service.recall(
+        "alice",
+        "Where do I live and what is my job?",
+        k=5,
+    )
     assert [h.fact.text for h in alice] == ["I live in Hangzhou and work as a nurse"]
     assert all(h.fact.user_id == "alice" for h in alice)
     assert _texts(service, "bob", "What is my job?") == ["I live in Hangzhou and work as a teacher"]
@@ -49,8 +53,8 @@ def test_k_and_threshold_bound_the_results(service: MemoryService) -> None:
 
 
 def test_superseded_fact_is_kept_but_not_recalled(service: MemoryService) -> None:
-    old, = service.remember("u3", [Remember("I live in Hangzhou", Tag.IDENTITY)])
-    new, = service.remember("u3", [Remember("I moved to Shenzhen", Tag.IDENTITY)])
+    (old,) = service.remember("u3", [Remember("I live in Hangzhou", Tag.IDENTITY)])
+    (new,) = service.remember("u3", [Remember("I moved to Shenzhen", Tag.IDENTITY)])
     service.facts.supersede("u3", old.id, new.id)
     assert _texts(service, "u3", "Which city do I live in?") == ["I moved to Shenzhen"]
     history = service.list_facts("u3", include_superseded=True)
@@ -59,7 +63,9 @@ def test_superseded_fact_is_kept_but_not_recalled(service: MemoryService) -> Non
 
 
 def test_expired_fact_is_not_recalled_even_before_the_sweep(service: MemoryService) -> None:
-    service.remember("u4", [Remember("I'm at the airport, flying to Berlin", Tag.EVENT, ttl=timedelta(hours=3))])
+    service.remember(
+        "u4", [Remember("I'm at the airport, flying to Berlin", Tag.EVENT, ttl=timedelta(hours=3))]
+    )
     assert _texts(service, "u4", "Where am I flying?") != []
     service.clock.advance(timedelta(hours=4))  # type: ignore[attr-defined]
     assert _texts(service, "u4", "Where am I flying?") == []

@@ -1,0 +1,27 @@
+# The two set-up commands of the README:
+#   make run    build the environment (first time) and run longmem on embedded defaults
+#   make test   build the environment (first time) and run the test suite and linters
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test lint bench
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test,use]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/longmem demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+	$(BIN)/ruff check memory_core deployments jobs longmem tests benchmarks
+	$(BIN)/mypy memory_core
+
+bench: $(STAMP)
+	$(BIN)/python -m benchmarks.embedders
+	$(BIN)/python -m benchmarks.bench_store
