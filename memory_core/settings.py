@@ -116,14 +116,22 @@ class LLMSettings(BaseModel):
     )
 
 
-def _default_ttls() -> dict[Tag, timedelta]:
-    return {
-        Tag.IDENTITY: timedelta(days=30),
-        Tag.PREFERENCE: timedelta(days=30),
-        Tag.REQUIREMENT: timedelta(days=14),
-        Tag.EVENT: timedelta(days=7),
-        Tag.OTHER: timedelta(days=7),
-    }
+class TTLSettings(BaseModel):
+    """Lifetime of a temporary fact that gives no expiry of its own, by tag.
+
+    Lasting facts (job, city, family, allergies) never expire; these apply only to facts
+    judged temporary (at the airport, a meeting on Thursday, a trip next week).
+    """
+
+    identity: timedelta = Field(default=timedelta(days=30), description="Temporary identity facts.")
+    preference: timedelta = Field(default=timedelta(days=30), description="Temporary preferences.")
+    requirement: timedelta = Field(default=timedelta(days=14), description="Temporary requirements.")
+    event: timedelta = Field(default=timedelta(days=7), description="Events, trips, appointments.")
+    other: timedelta = Field(default=timedelta(days=7), description="Anything else temporary.")
+
+    def for_tag(self, tag: Tag) -> timedelta:
+        """The lifetime for ``tag``."""
+        return getattr(self, tag.value)  # type: ignore[no-any-return]
 
 
 class Settings(BaseSettings):
@@ -137,8 +145,8 @@ class Settings(BaseSettings):
     recall: RecallSettings = Field(default_factory=RecallSettings, description="Recall ranking.")
     working: WorkingSettings = Field(default_factory=WorkingSettings, description="Working window.")
     llm: LLMSettings = Field(default_factory=LLMSettings, description="Judge/extractor LLM.")
-    temporary_ttl: dict[Tag, timedelta] = Field(
-        default_factory=_default_ttls,
+    temporary_ttl: TTLSettings = Field(
+        default_factory=TTLSettings,
         description="Lifetime of a temporary fact by tag, when the fact gives no expiry of its own.",
     )
 
