@@ -9,6 +9,9 @@ The tree::
     │   └── InvalidVectorError   wrong dimension, NaN/inf, zero norm
     ├── NotFoundError            a memory id the user does not own (or that does not exist)
     ├── ConfigError              settings that cannot work (e.g. shard count changed on a data dir)
+    ├── LLMError                 the judge/extractor LLM failed; the turn is not written
+    │   ├── LLMUnavailableError  the engine cannot be loaded or reached
+    │   └── LLMOutputError       output still invalid after one retry
     └── StorageError             the disk refused; the operation was not acknowledged
         └── CorruptionError      a log or snapshot is damaged in a way that could lose acked data
 
@@ -62,6 +65,23 @@ class NotFoundError(LongmemError):
 
 class ConfigError(LongmemError):
     """Settings that cannot work with the data or the machine."""
+
+
+class LLMError(LongmemError):
+    """The judge/extractor LLM failed; whatever depended on it was not written."""
+
+
+class LLMUnavailableError(LLMError):
+    """The engine cannot be loaded or reached."""
+
+
+class LLMOutputError(LLMError):
+    """The LLM's output did not fit the expected shape, even after a retry."""
+
+    def __init__(self, expected: str, problem: str) -> None:
+        self.expected = expected
+        self.problem = problem
+        super().__init__(f"LLM output is not a valid {expected}: {problem}")
 
 
 class StorageError(LongmemError):

@@ -8,6 +8,7 @@ snapshot is loaded and the log after it replayed.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import struct
 import threading
@@ -75,6 +76,8 @@ class FactShard:
         self._lock = threading.RLock()
         self._mem = Partitions(dim)
         self._records_since_snapshot = 0
+        self._snapshot_due = snapshot_every
+        self._snapshot_failures = 0
         try:
             directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -97,10 +100,15 @@ class FactShard:
             facts, vectors = batch_to_facts(loaded.table)
             self._mem.insert(facts, vectors)
         segments = [s for s in wal.list_segments(self.directory) if s >= start]
-        if (segments and segments[0] != start) or (not segments and skipped and loaded is None):
+        # snapshot() creates segment N before snapshot N, and pruning only removes a prefix, so
+        # the segments from ``start`` on are contiguous; anything else lost acked records.
+        fresh = loaded is None and not skipped and not segments
+        contiguous = segments == list(range(start, start + len(segments)))
+        if not fresh and not (segments and contiguous):
             raise CorruptionError(
                 str(self.directory),
-                f"snapshot {start if loaded else 'none'} is usable but log segment {start} is missing",
+                f"recovering from snapshot {start if loaded else 'none'} needs log segments {start}, "
+                f"{start + 1}, ... without gaps; found {segments}",
             )
         replayed = 0
         torn: wal.TornTail | None = None
@@ -132,8 +140,16 @@ class FactShard:
         self._records_since_snapshot += 1
 
     def _maybe_snapshot(self) -> None:
-        if self._records_since_snapshot >= self._snapshot_every:
+        if self._records_since_snapshot < self._snapshot_due:
+            return
+        try:
             self.snapshot()
+        except StorageError:
+            # The record that got here is logged and applied, so failing its call would make the
+            # caller retry a stored write. A snapshot only shortens the next replay: try again
+            # after another snapshot_every records; stats() counts the failures for health checks.
+            self._snapshot_failures += 1
+            self._snapshot_due = self._records_since_snapshot + self._snapshot_every
 
     # --------------------------------------------------------------- public API
 
@@ -312,16 +328,28 @@ class FactShard:
         """
         with self._lock:
             seq = self._current_seq + 1
-            snap.write_snapshot(self.directory, seq, self._table())
+            # The segment exists before the snapshot does, so a usable snapshot without its
+            # segment means lost records (see _recover), never a crash between the two steps.
+            new_wal = wal.WalWriter(self.directory, seq)
+            try:
+                snap.write_snapshot(self.directory, seq, self._table())
+            except StorageError:
+                new_wal.close()
+                # Best effort: an empty newer segment is harmless to replay.
+                with contextlib.suppress(OSError):
+                    wal.segment_path(self.directory, seq).unlink()
+                raise
             self._wal.close()
-            self._wal = wal.WalWriter(self.directory, seq)
+            self._wal = new_wal
             self._current_seq = seq
             self._records_since_snapshot = 0
+            self._snapshot_due = self._snapshot_every
             self._prune(keep_from=seq if purge else self._previous_snapshot(seq))
             return seq
 
     def _previous_snapshot(self, seq: int) -> int:
-        older = [s for s in snap.list_snapshots(self.directory) if s < seq]
+        unusable = set(self.recovery.skipped_snapshots)
+        older = [s for s in snap.list_snapshots(self.directory) if s < seq and s not in unusable]
         # Without an older snapshot the fallback is a replay of the log from its start.
         return older[0] if older else 0
 
@@ -350,6 +378,7 @@ class FactShard:
                 "facts": facts,
                 "log_seq": self._current_seq,
                 "records_since_snapshot": self._records_since_snapshot,
+                "snapshot_failures": self._snapshot_failures,
             }
 
     def close(self) -> None:

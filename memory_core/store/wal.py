@@ -80,7 +80,7 @@ def read_segment(path: Path, is_newest: bool) -> tuple[list[Record], TornTail | 
             pos = start + length
             continue
         reaches_end, reason = problem
-        if is_newest and reaches_end:
+        if is_newest and reaches_end and not _whole_record_after(data, pos):
             torn = TornTail(path, pos, len(data) - pos)
             _truncate(path, pos)
             return records, torn
@@ -102,6 +102,20 @@ def _check_record(data: bytes, pos: int) -> tuple[bool, str] | None:
     if op not in Op._value2member_map_:
         return not any(data[end:]), f"unknown op {op}"
     return None
+
+
+def _whole_record_after(data: bytes, pos: int) -> bool:
+    """Whether a whole, checksummed record starts anywhere after offset ``pos``.
+
+    Acknowledged records are whole, so one behind the damage means the damage is not a torn
+    append: e.g. a flipped length field that points past the end of the file.
+    """
+    for start in range(pos + 1, len(data) - _HEADER.size + 1):
+        length, crc, op = _HEADER.unpack_from(data, start)
+        end = start + _HEADER.size + length
+        if op in Op._value2member_map_ and end <= len(data) and zlib.crc32(data[start + 8 : end]) == crc:
+            return True
+    return False
 
 
 def _truncate(path: Path, size: int) -> None:

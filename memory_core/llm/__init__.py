@@ -1,0 +1,1 @@
+"""The judge/extractor LLM: an engine protocol, its implementations, and structured calls."""

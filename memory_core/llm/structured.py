@@ -1,0 +1,94 @@
+"""Typed LLM calls: a pydantic model's JSON schema drives decoding and parses the answer."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+import pydantic
+
+from memory_core.errors import LLMOutputError
+from memory_core.llm.base import ChatMessage, Completion, LLMEngine
+
+T = TypeVar("T", bound=pydantic.BaseModel)
+
+
+@dataclass
+class LLMStats:
+    """Running totals of LLM use."""
+
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    seconds: float = 0.0
+    invalid_outputs: int = 0
+
+    def snapshot(self) -> LLMStats:
+        """A copy of the current totals."""
+        return LLMStats(**self.__dict__)
+
+    def minus(self, before: LLMStats) -> LLMStats:
+        """The usage between ``before`` and now."""
+        return LLMStats(**{k: getattr(self, k) - getattr(before, k) for k in self.__dict__})
+
+
+class StructuredLLM:
+    """Asks an engine for pydantic-typed answers and fixed choices, counting every call."""
+
+    def __init__(self, engine: LLMEngine, retries: int = 1) -> None:
+        self.engine = engine
+        self.stats = LLMStats()
+        self._retries = retries
+        self._lock = threading.Lock()
+
+    def _count(self, completion: Completion, seconds: float) -> None:
+        with self._lock:
+            self.stats.calls += 1
+            self.stats.prompt_tokens += completion.prompt_tokens
+            self.stats.completion_tokens += completion.completion_tokens
+            self.stats.seconds += seconds
+
+    def ask(self, messages: Sequence[ChatMessage], model: type[T], max_tokens: int = 384) -> T:
+        """Generate an instance of ``model`` under its JSON schema.
+
+        Invalid output (unparseable, or failing the model's validators) is retried once.
+
+        Raises:
+            LLMOutputError: still invalid after the retry.
+            LLMUnavailableError: the engine failed.
+        """
+        schema = model.model_json_schema()
+        problem = ""
+        for _ in range(self._retries + 1):
+            start = time.perf_counter()
+            completion = self.engine.complete_json(messages, schema, max_tokens)
+            self._count(completion, time.perf_counter() - start)
+            try:
+                return model.model_validate_json(completion.text)
+            except pydantic.ValidationError as exc:
+                with self._lock:
+                    self.stats.invalid_outputs += 1
+                problem = f"{exc.error_count()} error(s), e.g. {exc.errors()[0]['msg']}; output {completion.text[:200]!r}"
+        raise LLMOutputError(model.__name__, problem)
+
+    def choose(self, messages: Sequence[ChatMessage], choices: Sequence[str]) -> str:
+        """Generate one of ``choices``.
+
+        Raises:
+            LLMOutputError: the engine answered something else, twice.
+            LLMUnavailableError: the engine failed.
+        """
+        answer = ""
+        for _ in range(self._retries + 1):
+            start = time.perf_counter()
+            completion = self.engine.complete_choice(messages, choices)
+            self._count(completion, time.perf_counter() - start)
+            answer = completion.text.strip().strip('"')
+            if answer in choices:
+                return answer
+            with self._lock:
+                self.stats.invalid_outputs += 1
+        raise LLMOutputError("choice", f"expected one of {list(choices)}, got {answer[:100]!r}")
