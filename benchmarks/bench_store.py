@@ -507,6 +507,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for stat, value in lat.items():
                 summary[f"{name}_{stat}_ms"] = value
         summary["naive_vectors"] = base.index.ntotal
+        summary["naive_build_s"] = base.build_s
         summary["naive_over_store_p50"] = lat_base["p50"] / lat_store0["p50"]
         summary["naive_over_store_p99"] = lat_base["p99"] / lat_store0["p99"]
         summary["naive_agrees"] = float(np.mean([a == b for a, b in zip(got_store, got_base, strict=True)]))

@@ -88,7 +88,7 @@ def test_bad_vectors_are_rejected(store: LocalFactStore, vectors: object, reason
 
 def test_oversized_batch_is_rejected(store: LocalFactStore) -> None:
     with pytest.raises(ValidationError, match="limit is 5"):
-        store.add([_fact("u", f"t{i}") for i in range(6)], _unit(6))
+        store.add([_fact(f"u{i}", f"t{i}") for i in range(6)], _unit(6))  # spread over shards
     assert _total(store) == 0
 
 

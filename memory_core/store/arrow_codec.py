@@ -10,6 +10,8 @@ import pyarrow as pa
 from memory_core.models import Fact, Layer, Tag
 
 _TS = pa.timestamp("us", tz="UTC")
+_TAGS = {t.value: t for t in Tag}
+_LAYERS = {layer.value: layer for layer in Layer}
 
 
 def fact_schema(dim: int, metadata: dict[str, str] | None = None) -> pa.Schema:
@@ -72,8 +74,8 @@ def batch_to_facts(batch: pa.RecordBatch | pa.Table) -> tuple[list[Fact], np.nda
             id=ids[i],
             user_id=users[i],
             text=texts[i],
-            tag=Tag(tags[i]),
-            layer=Layer(layers[i]),
+            tag=_TAGS[tags[i]],
+            layer=_LAYERS[layers[i]],
             created_at=created[i],
             expire_at=expires[i],
             source_turn_ids=tuple(sources[i]),

@@ -10,7 +10,7 @@ from typing import Protocol
 
 import numpy as np
 
-from memory_core.errors import ConfigError, InvalidVectorError, StorageError
+from memory_core.errors import ConfigError, InvalidVectorError, StorageError, ValidationError
 from memory_core.models import Fact, NewFact
 from memory_core.routing import shard_of
 from memory_core.settings import LimitSettings, StorageSettings
@@ -102,6 +102,7 @@ class LocalFactStore:
         """
         open_manifest(storage.data_dir, storage.shards, dim, embedder)
         self.dim = dim
+        self._limits = limits
         self.shards = [
             FactShard(shard_dir(storage.data_dir, i), dim, limits, storage.snapshot_every)
             for i in range(storage.shards)
@@ -117,6 +118,8 @@ class LocalFactStore:
         shard then fails to write, the parts other shards wrote are deleted again before
         the StorageError propagates.
         """
+        if len(new_facts) > self._limits.max_batch:
+            raise ValidationError(f"batch of {len(new_facts)} facts, limit is {self._limits.max_batch}")
         rows_by_shard: dict[int, list[int]] = {}
         for row, fact in enumerate(new_facts):
             rows_by_shard.setdefault(shard_of(fact.user_id, len(self.shards)), []).append(row)

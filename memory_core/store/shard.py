@@ -9,6 +9,7 @@ snapshot is loaded and the log after it replayed.
 from __future__ import annotations
 
 import contextlib
+import gc
 import shutil
 import struct
 import threading
@@ -82,7 +83,13 @@ class FactShard:
             directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StorageError(f"cannot create shard directory {directory}: {exc}") from exc
-        self.recovery = self._recover()
+        # Recovery allocates a million small objects that all live on: the cyclic GC would
+        # rescan them over and over (15-30 % of load time at 1M facts) without freeing any.
+        gc.disable()
+        try:
+            self.recovery = self._recover()
+        finally:
+            gc.enable()
         self._wal = wal.WalWriter(directory, self._current_seq)
 
     # ----------------------------------------------------------------- recovery
