@@ -17,7 +17,11 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from memory_core.clock import ManualClock, SystemClock
 from memory_core.errors import LongmemError
+from memory_core.evaluation.local import LocalTarget
+from memory_core.evaluation.scenarios import load_scenarios, run_scenarios
+from memory_core.llm.factory import make_engine
 from memory_core.models import Fact, RecallHit, Tag
 from memory_core.service import MemoryService, Remember, open_local_service
 from memory_core.settings import load_settings
@@ -139,6 +143,17 @@ def cmd_demo(svc: MemoryService, args: argparse.Namespace) -> None:
     print(f"erased {user}: {receipt.facts} facts, {receipt.profile_entries} profile entries")
 
 
+def cmd_eval_scenarios(svc: MemoryService, args: argparse.Namespace) -> None:
+    """Run a scenario file in-process and print (and optionally write) the report."""
+    scenarios = load_scenarios(args.file)
+    assert isinstance(svc.clock, ManualClock)
+    report = run_scenarios(LocalTarget(svc, svc.clock), scenarios)
+    print(report.table())
+    if args.report:
+        args.report.write_text(json.dumps(report.as_dict(), ensure_ascii=False, indent=2), encoding="utf-8")
+        print(f"report written to {args.report}")
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="longmem", description="Long-term memory for AI agents.")
     parser.add_argument("--data-dir", type=Path, help="data directory (default: settings, ./longmem-data)")
@@ -201,6 +216,17 @@ def _build_parser() -> argparse.ArgumentParser:
 
     cmd = add("demo", cmd_demo, "show longmem working end to end on a throwaway data dir")
     cmd.set_defaults(throwaway=True)
+
+    evaluate = sub.add_parser("eval", help="evaluate memory behaviour").add_subparsers(
+        dest="suite", required=True
+    )
+    cmd = evaluate.add_parser(
+        "scenarios",
+        help="run a scenario file (JSON Lines, see ../shared/eval/FORMAT.md) on a throwaway data dir",
+    )
+    cmd.add_argument("file", type=Path)
+    cmd.add_argument("--report", type=Path, help="write the JSON report here")
+    cmd.set_defaults(func=cmd_eval_scenarios, throwaway=True, needs_llm=True, manual_clock=True)
     return parser
 
 
@@ -214,7 +240,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             if data_dir is not None:
                 overrides["storage"] = {"data_dir": data_dir}
             settings = load_settings(args.config, **overrides)
-            svc = open_local_service(settings)
+            clock = ManualClock(SystemClock().now()) if getattr(args, "manual_clock", False) else None
+            engine = make_engine(settings.llm) if getattr(args, "needs_llm", False) else None
+            svc = open_local_service(settings, clock, engine=engine)
             try:
                 args.func(svc, args)
             finally:

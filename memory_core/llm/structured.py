@@ -6,7 +6,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pydantic
 
@@ -51,10 +51,17 @@ class StructuredLLM:
             self.stats.completion_tokens += completion.completion_tokens
             self.stats.seconds += seconds
 
-    def ask(self, messages: Sequence[ChatMessage], model: type[T], max_tokens: int = 384) -> T:
+    def ask(
+        self,
+        messages: Sequence[ChatMessage],
+        model: type[T],
+        max_tokens: int = 384,
+        context: dict[str, Any] | None = None,
+    ) -> T:
         """Generate an instance of ``model`` under its JSON schema.
 
-        Invalid output (unparseable, or failing the model's validators) is retried once.
+        Invalid output (unparseable, or failing the model's validators, which see ``context``)
+        is retried once.
 
         Raises:
             LLMOutputError: still invalid after the retry.
@@ -67,11 +74,12 @@ class StructuredLLM:
             completion = self.engine.complete_json(messages, schema, max_tokens)
             self._count(completion, time.perf_counter() - start)
             try:
-                return model.model_validate_json(completion.text)
+                return model.model_validate_json(completion.text, context=context)
             except pydantic.ValidationError as exc:
                 with self._lock:
                     self.stats.invalid_outputs += 1
-                problem = f"{exc.error_count()} error(s), e.g. {exc.errors()[0]['msg']}; output {completion.text[:200]!r}"
+                first = exc.errors()[0]["msg"]
+                problem = f"{exc.error_count()} error(s), e.g. {first}; output {completion.text[:200]!r}"
         raise LLMOutputError(model.__name__, problem)
 
     def choose(self, messages: Sequence[ChatMessage], choices: Sequence[str]) -> str:

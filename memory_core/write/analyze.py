@@ -1,0 +1,85 @@
+"""Deciding what a user turn means for memory: skip it, extract facts from it, or forget."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationInfo, model_validator
+
+from memory_core.llm.structured import StructuredLLM
+from memory_core.text import has_cjk
+from memory_core.write.prefilter import SkipReason, prefilter
+from memory_core.write.prompts import extract_messages, judge_messages
+from memory_core.write.schemas import ExtractedFact, Extraction
+
+_FORGET = re.compile(
+    r"^\s*(请|麻烦)?(你)?(帮我)?(忘掉|忘记|忘了|别记|不要记|别再记|删掉|删除)"
+    r"|\bforget\b|\bdon'?t remember\b|\bstop remembering\b"
+    r"|\b(delete|erase|remove)\b.{0,40}\b(memor|remember)",
+    re.IGNORECASE,
+)
+
+
+def is_forget_request(text: str) -> bool:
+    """Whether the user is asking the assistant to forget something."""
+    return _FORGET.search(text) is not None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The judge's decision on one user turn."""
+
+    worth: bool
+    skipped: SkipReason | None  # set when the pre-filter decided without an LLM call
+
+
+class CheckedExtraction(Extraction):
+    """An extraction whose facts are in the language of the message (checked at parse time)."""
+
+    @model_validator(mode="after")
+    def _same_language(self, info: ValidationInfo) -> CheckedExtraction:
+        context: dict[str, Any] = info.context or {}
+        if "cjk" in context:
+            wrong = [f.text for f in self.facts if has_cjk(f.text) != context["cjk"]]
+            if wrong:
+                raise ValueError(f"facts not in the message's language: {wrong}")
+        return self
+
+
+class TurnAnalyzer:
+    """Pre-filter, LLM judge and LLM extraction for user turns."""
+
+    def __init__(self, llm: StructuredLLM) -> None:
+        self._llm = llm
+
+    def judge(self, message: str, context: str = "") -> Verdict:
+        """Whether ``message`` holds anything worth remembering.
+
+        Raises:
+            LLMError: the judge failed (the caller treats the turn as not written).
+        """
+        reason = prefilter(message)
+        if reason is not None:
+            return Verdict(False, reason)
+        answer = self._llm.choose(judge_messages(message, context), ["yes", "no"])
+        return Verdict(answer == "yes", None)
+
+    def extract(self, message: str, context: str, at: datetime) -> list[ExtractedFact]:
+        """The facts in ``message``, in its language; invalid output is retried once.
+
+        Raises:
+            LLMOutputError: still invalid after the retry.
+        """
+        result = self._llm.ask(
+            extract_messages(message, context, at),
+            CheckedExtraction,
+            max_tokens=400,
+            context={"cjk": has_cjk(message)},
+        )
+        unique: dict[str, ExtractedFact] = {}
+        for fact in result.facts:
+            unique.setdefault(fact.text.strip(), fact)
+        return list(unique.values())

@@ -1,0 +1,177 @@
+"""The write path after each conversation turn: judge, extract, resolve against stored facts, write."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+import numpy as np
+
+from memory_core.embedding import Embedder
+from memory_core.errors import LLMError
+from memory_core.llm.structured import StructuredLLM
+from memory_core.models import Fact, Layer, NewFact, Role, Turn
+from memory_core.settings import Settings
+from memory_core.store.facts import FactStore
+from memory_core.store.profile import ProfileStore
+from memory_core.write.analyze import TurnAnalyzer, is_forget_request
+from memory_core.write.forget import ForgetResult, Forgetter
+from memory_core.write.prompts import resolve_messages
+from memory_core.write.schemas import RELATIONS, ExtractedFact
+
+log = logging.getLogger("longmem.write")
+
+
+@dataclass
+class TurnOutcome:
+    """What the write path did with one user turn."""
+
+    turn_id: str
+    skipped: str | None = None  # pre-filter reason, "judge", or "error"
+    facts: list[Fact] = field(default_factory=list)
+    profile_entries: int = 0
+    duplicates: int = 0
+    superseded: list[int] = field(default_factory=list)
+    forgotten: ForgetResult | None = None
+    llm_calls: int = 0
+    llm_tokens: int = 0
+    seconds: float = 0.0
+    error: str | None = None
+
+
+@dataclass
+class _Plan:
+    """Writes decided for one turn, applied together."""
+
+    new: list[tuple[ExtractedFact, np.ndarray]] = field(default_factory=list)
+    replaces: dict[int, int] = field(default_factory=dict)  # index in ``new`` -> old fact id
+    profile: list[ExtractedFact] = field(default_factory=list)
+    duplicates: int = 0
+
+
+class WritePath:
+    """Turns conversation turns into durable memories."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        llm: StructuredLLM,
+        embedder: Embedder,
+        facts: FactStore,
+        profiles: ProfileStore,
+        forgetter: Forgetter,
+    ) -> None:
+        self._settings = settings
+        self._llm = llm
+        self._analyzer = TurnAnalyzer(llm)
+        self._embedder = embedder
+        self._facts = facts
+        self._profiles = profiles
+        self._forgetter = forgetter
+
+    def process(self, user_id: str, turns: Sequence[Turn], at: datetime) -> list[TurnOutcome]:
+        """Run the write path over the user turns of ``turns`` (assistant turns give context).
+
+        A turn whose LLM calls fail is reported with ``error`` and writes nothing; the other
+        turns go on.
+
+        Raises:
+            StorageError: a write was not made durable (earlier turns' writes stand).
+        """
+        outcomes: list[TurnOutcome] = []
+        context = ""
+        for turn in turns:
+            if turn.role is Role.ASSISTANT:
+                context = turn.content
+                continue
+            before = self._llm.stats.snapshot()
+            start = time.perf_counter()
+            outcome = self._process_turn(user_id, turn, context, turn.at or at)
+            used = self._llm.stats.minus(before)
+            outcome.llm_calls = used.calls
+            outcome.llm_tokens = used.prompt_tokens + used.completion_tokens
+            outcome.seconds = time.perf_counter() - start
+            outcomes.append(outcome)
+            context = ""
+        return outcomes
+
+    def _process_turn(self, user_id: str, turn: Turn, context: str, at: datetime) -> TurnOutcome:
+        outcome = TurnOutcome(turn_id=turn.turn_id)
+        try:
+            if is_forget_request(turn.content):
+                outcome.forgotten = self._forgetter.forget(user_id, turn.content, at)
+                return outcome
+            verdict = self._analyzer.judge(turn.content, context)
+            if not verdict.worth:
+                outcome.skipped = verdict.skipped.value if verdict.skipped else "judge"
+                return outcome
+            extracted = self._analyzer.extract(turn.content, context, at)
+            plan = self._plan(user_id, extracted, at)
+        except LLMError as exc:
+            log.warning("turn %r of user %r not written: %s", turn.turn_id, user_id, exc)
+            outcome.skipped, outcome.error = "error", str(exc)
+            return outcome
+        self._apply(user_id, turn, plan, at, outcome)
+        return outcome
+
+    def _plan(self, user_id: str, extracted: list[ExtractedFact], at: datetime) -> _Plan:
+        plan = _Plan()
+        fact_items = [f for f in extracted if f.layer == "fact"]
+        plan.profile = [f for f in extracted if f.layer == "profile"]
+        vectors = self._embedder.embed_passages([f.text for f in fact_items])
+        for item, vector in zip(fact_items, vectors, strict=True):
+            if any(float(vector @ v) >= self._embedder.duplicate_threshold for _, v in plan.new):
+                plan.duplicates += 1
+                continue
+            hits = self._facts.search(user_id, vector, 1, at)
+            if hits and hits[0][1] >= self._embedder.related_threshold:
+                old, score = hits[0]
+                relation = (
+                    "same"
+                    if score >= self._embedder.duplicate_threshold
+                    else self._llm.choose(resolve_messages(old.text, item.text), RELATIONS)
+                )
+                if relation == "same":
+                    plan.duplicates += 1
+                    continue
+                if relation == "update":
+                    plan.replaces[len(plan.new)] = old.id
+            plan.new.append((item, vector))
+        return plan
+
+    def _expiry(self, item: ExtractedFact, at: datetime) -> datetime | None:
+        if not item.temporary:
+            return None
+        ttl = self._settings.temporary_ttl.for_tag(item.tag)
+        if item.ttl_days is not None:
+            ttl = timedelta(days=item.ttl_days)
+        return at + ttl
+
+    def _apply(self, user_id: str, turn: Turn, plan: _Plan, at: datetime, outcome: TurnOutcome) -> None:
+        sources = (turn.turn_id,) if turn.turn_id else ()
+        new_facts = [
+            NewFact(
+                user_id=user_id,
+                text=item.text,
+                tag=item.tag,
+                layer=Layer.FACT,
+                created_at=at,
+                expire_at=self._expiry(item, at),
+                source_turn_ids=sources,
+            )
+            for item, _ in plan.new
+        ]
+        if new_facts:
+            vectors = np.vstack([vector for _, vector in plan.new])
+            outcome.facts = self._facts.add(new_facts, vectors)
+        # New facts are durable before old ones are hidden: never lose both.
+        for index, old_id in plan.replaces.items():
+            self._facts.supersede(user_id, old_id, outcome.facts[index].id)
+            outcome.superseded.append(old_id)
+        for item in plan.profile:
+            self._profiles.upsert(user_id, item.text, turn.turn_id or "conversation", at)
+        outcome.profile_entries = len(plan.profile)
+        outcome.duplicates = plan.duplicates

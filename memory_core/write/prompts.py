@@ -1,0 +1,200 @@
+"""Few-shot prompts of the write path, in English and Chinese.
+
+English examples come first: with a Chinese example last, the small default model answered
+English input in Chinese. The user's own text is passed as JSON-quoted data.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+from memory_core.llm.base import ChatMessage
+from memory_core.text import has_cjk
+
+JUDGE_SYSTEM = (
+    "You decide whether a user's chat message tells something about the user that a personal "
+    "assistant should remember for future conversations: facts about them (job, company, city, family, "
+    "pets, health, allergies, projects, problems they want solved), their preferences and dislikes, how "
+    "they want to be answered, their plans and schedule. Answer no for greetings, thanks, small talk, "
+    "jokes, weather chat, general knowledge questions, and task requests that reveal nothing about the "
+    "user. Answer only yes or no."
+)
+JUDGE_SHOTS = [
+    ("I'm a nurse and I work night shifts.", "yes"),
+    ("What's the capital of France?", "no"),
+    ("Please don't use emojis when you answer me.", "yes"),
+    ("Translate 'good morning' into Spanish.", "no"),
+    ("Haha, that's a good one. It's so sunny today!", "no"),
+    ("我下周三要去北京开会。", "yes"),
+    ("今天天气不错，哈哈。", "no"),
+    ("帮我给我女儿的老师写一封请假信，她叫小雨。", "yes"),
+    ("帮我把这段话总结一下：人工智能正在改变世界。", "no"),
+    ("主要是获客，线上引流一直做不起来。", "yes"),
+]
+
+EXTRACT_SYSTEM = (
+    "You extract memories about the user from one chat message, for a personal assistant's long-term "
+    'memory. Output JSON {"facts": [...]}; an empty list when the message holds nothing about the user.\n'
+    "Rules:\n"
+    "- Each fact is one short sentence about the user, written in the SAME language as the message "
+    "(English message: 'User ...'; Chinese message: '用户...'). Keep names, places and numbers exactly.\n"
+    "- tag: identity (who they are: job, company, city, family, health, allergies), preference (likes, "
+    "dislikes, style), requirement (what they need or want solved), event (plans, trips, meetings, "
+    "appointments, where they are now), other.\n"
+    "- layer: profile only for how the assistant should reply or behave (length, tone, language, things "
+    "never to do); fact for everything else.\n"
+    "- temporary: true only for a current situation or a scheduled event (right now, today, this week, "
+    "next Tuesday, a trip). Past experiences, jobs, homes, family, health and opinions are lasting: false.\n"
+    "- Use the assistant's previous message only to understand the user's reply; never extract facts "
+    "from the assistant's words."
+)
+
+
+def _extract_example(message: str, facts: list[dict[str, object]], context: str = "") -> tuple[str, str]:
+    return _extract_input(message, context, None), json.dumps({"facts": facts}, ensure_ascii=False)
+
+
+def _extract_input(message: str, context: str, at: datetime | None) -> str:
+    lines = []
+    if at is not None:
+        lines.append(f"Date: {at.date().isoformat()}")
+    lines.append(f"Language: {'Chinese' if has_cjk(message) else 'English'}")
+    if context:
+        lines.append(f"Assistant's previous message: {json.dumps(context, ensure_ascii=False)}")
+    lines.append(f"User message: {json.dumps(message, ensure_ascii=False)}")
+    return "\n".join(lines)
+
+
+EXTRACT_SHOTS = [
+    _extract_example(
+        "I'm at the airport now. By the way, I'm a nurse in Boston.",
+        [
+            {"text": "User is at the airport", "tag": "event", "layer": "fact", "temporary": True},
+            {"text": "User is a nurse in Boston", "tag": "identity", "layer": "fact", "temporary": False},
+        ],
+    ),
+    _extract_example(
+        "Keep it short please, and never send me marketing stuff.",
+        [
+            {"text": "User wants short answers", "tag": "preference", "layer": "profile", "temporary": False},
+            {
+                "text": "User never wants marketing content",
+                "tag": "preference",
+                "layer": "profile",
+                "temporary": False,
+            },
+        ],
+    ),
+    _extract_example("Thanks, that helps a lot!", []),
+    _extract_example(
+        "下周三我要去北京开会，另外我对花生过敏。",
+        [
+            {"text": "用户下周三要去北京开会", "tag": "event", "layer": "fact", "temporary": True},
+            {"text": "用户对花生过敏", "tag": "identity", "layer": "fact", "temporary": False},
+        ],
+    ),
+    _extract_example(
+        "主要是售后，之前合作的两家都不行",
+        [
+            {"text": "用户最想解决售后问题", "tag": "requirement", "layer": "fact", "temporary": False},
+            {
+                "text": "用户之前合作过两家服务商，都不满意",
+                "tag": "other",
+                "layer": "fact",
+                "temporary": False,
+            },
+        ],
+        context="您最希望改进哪方面？",
+    ),
+    _extract_example(
+        "我在杭州住了五年，上个月搬到深圳了。以后回答请用中文。",
+        [
+            {"text": "用户上个月从杭州搬到了深圳", "tag": "identity", "layer": "fact", "temporary": False},
+            {"text": "用户希望用中文回答", "tag": "preference", "layer": "profile", "temporary": False},
+        ],
+    ),
+]
+
+RESOLVE_SYSTEM = (
+    "Two memories about the same user: A was stored earlier, B is new. Answer same if B says the same "
+    "thing as A; update if B replaces A so that A is no longer true (moved city, changed job, new plan "
+    "instead of the old one); different if both can be true. Answer only same, update or different."
+)
+RESOLVE_SHOTS = [
+    (("User lives in Hangzhou", "User moved to Shenzhen"), "update"),
+    (("User is a nurse", "User works as a nurse"), "same"),
+    (("User has a cat called Momo", "User has a dog called Rex"), "different"),
+    (("用户下周要去上海出差", "用户下周出差改去北京了"), "update"),
+    (("用户对花生过敏", "用户花生过敏"), "same"),
+]
+
+FORGET_TARGET_SYSTEM = (
+    "The user asks the assistant to forget something it remembers about them. Write what should be "
+    'forgotten as a short search phrase in the user\'s language. Output JSON {"target": "..."}.'
+)
+FORGET_TARGET_SHOTS = [
+    ("Forget my home address.", "home address"),
+    ("Please forget what I told you about my divorce", "divorce"),
+    ("忘掉我上次说的出差安排", "出差安排"),
+    ("别再记着我女儿学校的事了", "女儿的学校"),
+]
+
+FORGET_MATCH_SYSTEM = (
+    "The user asked the assistant to forget something. Decide whether one stored memory belongs to "
+    "what the user wants forgotten, including details of the same plan or topic. Answer only yes or no."
+)
+FORGET_MATCH_SHOTS = [
+    (("home address", "User lives at 12 Rose Street, Leeds"), "yes"),
+    (("home address", "User is a teacher"), "no"),
+    (("出差安排", "用户下周二要去上海出差"), "yes"),
+    (("出差安排", "用户出差期间住在静安区"), "yes"),
+    (("出差安排", "用户对海鲜过敏"), "no"),
+]
+
+
+def _quote(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _shots(system: str, shots: list[tuple[str, str]], final: str) -> list[ChatMessage]:
+    messages = [ChatMessage(role="system", content=system)]
+    for question, answer in shots:
+        messages.append(ChatMessage(role="user", content=question))
+        messages.append(ChatMessage(role="assistant", content=answer))
+    messages.append(ChatMessage(role="user", content=final))
+    return messages
+
+
+def _judge_input(message: str, context: str) -> str:
+    if not context:
+        return message
+    return f"(Assistant's previous message: {_quote(context)})\n{message}"
+
+
+def judge_messages(message: str, context: str = "") -> list[ChatMessage]:
+    """Prompt asking whether ``message`` is worth remembering."""
+    return _shots(JUDGE_SYSTEM, JUDGE_SHOTS, _judge_input(message, context))
+
+
+def extract_messages(message: str, context: str, at: datetime) -> list[ChatMessage]:
+    """Prompt extracting facts from ``message`` said at ``at``."""
+    return _shots(EXTRACT_SYSTEM, EXTRACT_SHOTS, _extract_input(message, context, at))
+
+
+def resolve_messages(old: str, new: str) -> list[ChatMessage]:
+    """Prompt classifying how a new memory relates to a stored one."""
+    shots = [(f"A: {_quote(a)}\nB: {_quote(b)}", answer) for (a, b), answer in RESOLVE_SHOTS]
+    return _shots(RESOLVE_SYSTEM, shots, f"A: {_quote(old)}\nB: {_quote(new)}")
+
+
+def forget_target_messages(utterance: str) -> list[ChatMessage]:
+    """Prompt turning a forget request into a search phrase."""
+    shots = [(u, json.dumps({"target": t}, ensure_ascii=False)) for u, t in FORGET_TARGET_SHOTS]
+    return _shots(FORGET_TARGET_SYSTEM, shots, utterance)
+
+
+def forget_match_messages(target: str, memory: str) -> list[ChatMessage]:
+    """Prompt asking whether one stored memory falls under a forget request."""
+    shots = [(f"Forget: {_quote(t)}\nMemory: {_quote(m)}", answer) for (t, m), answer in FORGET_MATCH_SHOTS]
+    return _shots(FORGET_MATCH_SYSTEM, shots, f"Forget: {_quote(target)}\nMemory: {_quote(memory)}")

@@ -1,0 +1,52 @@
+"""Shapes of the LLM's answers on the write path; their JSON schemas drive guided decoding.
+
+String lengths and list sizes are capped in the schema itself: unconstrained, a small model's
+decoding can run away.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from memory_core.models import Tag
+
+
+class ExtractedFact(BaseModel):
+    """One memory the extractor found in a user's message."""
+
+    text: str = Field(
+        min_length=2,
+        max_length=160,
+        description="A short statement about the user, in the same language as the message.",
+    )
+    tag: Tag = Field(description="identity, preference, requirement, event or other.")
+    layer: Literal["fact", "profile"] = Field(
+        description="profile: a lasting preference about how the assistant should reply or behave; "
+        "fact: anything else about the user."
+    )
+    temporary: bool = Field(
+        description="True only for a current situation or a scheduled event (now, today, next week, a trip)."
+    )
+    ttl_days: int | None = Field(
+        default=None, ge=1, le=365, description="How long a temporary fact stays true, when the message says."
+    )
+
+
+class Extraction(BaseModel):
+    """Everything worth remembering in one user message (possibly nothing)."""
+
+    facts: list[ExtractedFact] = Field(max_length=5, description="The memories, at most five.")
+
+
+class ForgetTarget(BaseModel):
+    """What the user asked to forget, as a short search phrase."""
+
+    target: str = Field(
+        min_length=1, max_length=80, description="The topic to forget, in the user's language."
+    )
+
+
+Relation = Literal["same", "update", "different"]
+RELATIONS: tuple[Relation, ...] = ("same", "update", "different")

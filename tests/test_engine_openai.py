@@ -1,0 +1,252 @@
+"""The OpenAI-compatible HTTP engine: the engine contract against a real server, and its error mapping.
+
+The contract runs against llama-cpp-python's OpenAI-compatible server (a subprocess on a
+free loopback port, serving the packaged SmolLM2 GGUF). Error mapping and the wire format
+are checked with an httpx MockTransport, plus one real refused connection.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from memory_core.errors import LLMUnavailableError
+from memory_core.llm.base import ChatMessage, LLMEngine
+from memory_core.llm.openai_engine import OpenAIEngine, SchemaDialect, choice_schema, decode_choice
+from memory_core.llm.packaged import smollm2_path
+from tests.engine_contract import ALL_CHECKS
+
+SERVER_START_S = 90.0
+SECRET = "sk-test-very-secret-0123456789"
+HI = [ChatMessage(role="user", content="hi")]
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_ready(proc: subprocess.Popen[bytes], url: str, log: Path) -> None:
+    deadline = time.monotonic() + SERVER_START_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"llama_cpp.server exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.25)
+    pytest.fail(f"llama_cpp.server not ready after {SERVER_START_S}s:\n{log.read_text()[-3000:]}")
+
+
+@pytest.fixture(scope="module")
+def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Base URL (with /v1) of a llama-cpp-python server on a free loopback port."""
+    port = _free_port()
+    log = tmp_path_factory.mktemp("llama-server") / "server.log"
+    with open(log, "wb") as sink:
+        proc = subprocess.Popen(
+            [
+                sys.executable, "-m", "llama_cpp.server",
+                "--model", str(smollm2_path()),
+                "--host", "127.0.0.1", "--port", str(port),
+                "--n_ctx", "2048", "--n_threads", "2", "--seed", "0",
+            ],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    try:
+        base = f"http://127.0.0.1:{port}/v1"
+        _wait_ready(proc, f"{base}/models", log)
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=15)
+
+
+@pytest.fixture(scope="module")
+def engine(server_url: str) -> Iterator[OpenAIEngine]:
+    eng = OpenAIEngine(server_url, model="smollm2")  # default 120 s: the 2-core CI box may be busy
+    yield eng
+    eng.close()
+
+
+@pytest.mark.parametrize("check", ALL_CHECKS, ids=lambda c: c.__name__)
+def test_contract(engine: LLMEngine, check: Callable[[LLMEngine], None]) -> None:
+    check(engine)
+
+
+def test_llama_cpp_python_server_settles_on_json_object_dialect(engine: OpenAIEngine) -> None:
+    engine.complete_json(HI, {"type": "object", "properties": {"a": {"type": "boolean"}}}, max_tokens=20)
+    assert engine.schema_dialect is SchemaDialect.JSON_OBJECT
+
+
+# --- wire format and error mapping, no model -------------------------------------------------
+
+
+def _completion(content: str, prompt: int = 7, completion: int = 3) -> dict[str, Any]:
+    return {
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
+        ],
+        "usage": {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        },
+    }
+
+
+class Recorder:
+    """A MockTransport handler that records requests and answers from a script."""
+
+    def __init__(self, *answers: httpx.Response | Exception) -> None:
+        self.answers = list(answers)
+        self.requests: list[httpx.Request] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def body(self, i: int) -> dict[str, Any]:
+        return dict(json.loads(self.requests[i].content))
+
+
+def _engine(recorder: Recorder, api_key: str | None = SECRET) -> OpenAIEngine:
+    return OpenAIEngine(
+        "http://llm.test:8000/v1/", "m", api_key=api_key, timeout_s=5, transport=httpx.MockTransport(recorder)
+    )
+
+
+def test_request_is_openai_json_schema_at_temperature_zero() -> None:
+    rec = Recorder(httpx.Response(200, json=_completion('{"a": true}', 11, 4)))
+    schema = {"title": "Thing", "type": "object", "properties": {"a": {"type": "boolean"}}}
+    out = _engine(rec).complete_json(HI, schema, max_tokens=33)
+    assert (out.text, out.prompt_tokens, out.completion_tokens) == ('{"a": true}', 11, 4)
+    req = rec.requests[0]
+    assert req.method == "POST" and str(req.url) == "http://llm.test:8000/v1/chat/completions"
+    assert req.headers["authorization"] == f"Bearer {SECRET}"
+    body = rec.body(0)
+    assert body["model"] == "m" and body["temperature"] == 0 and body["max_tokens"] == 33
+    assert body["messages"] == [{"role": "user", "content": "hi"}]
+    assert body["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "Thing", "schema": schema, "strict": True},
+    }
+
+
+def test_choice_is_decoded_from_answer_object() -> None:
+    rec = Recorder(httpx.Response(200, json=_completion('{"answer": "否"}')))
+    out = _engine(rec).complete_choice(HI, ["是", "否"])
+    assert out.text == "否" and out.completion_tokens == 3
+    assert rec.body(0)["response_format"]["json_schema"]["schema"] == choice_schema(["是", "否"])
+
+
+def test_decode_choice_passes_bad_shapes_through() -> None:
+    assert decode_choice('{"answer": "yes"}') == "yes"
+    assert decode_choice('"yes"') == '"yes"'
+    assert decode_choice("not json") == "not json"
+
+
+def test_rejected_json_schema_falls_back_to_json_object_once_and_sticks() -> None:
+    rejected = httpx.Response(500, json={"error": {"message": "Input should be 'text' or 'json_object'"}})
+    rec = Recorder(rejected, *[httpx.Response(200, json=_completion("{}"))] * 3)
+    eng = _engine(rec)
+    eng.complete_json(HI, {"type": "object"}, max_tokens=8)
+    eng.complete_json(HI, {"type": "object"}, max_tokens=8)
+    kinds = [rec.body(i)["response_format"]["type"] for i in range(len(rec.requests))]
+    assert kinds == ["json_schema", "json_object", "json_object"]
+    assert rec.body(1)["response_format"]["schema"] == {"type": "object"}
+
+
+def test_accepted_json_schema_is_never_downgraded() -> None:
+    rec = Recorder(httpx.Response(200, json=_completion("{}")))
+    eng = _engine(rec)
+    assert eng.schema_dialect is None
+    eng.complete_json(HI, {"type": "object"}, max_tokens=8)
+    eng.complete_choice(HI, ["a", "b"])
+    assert eng.schema_dialect is SchemaDialect.JSON_SCHEMA
+    assert [rec.body(i)["response_format"]["type"] for i in range(2)] == ["json_schema", "json_schema"]
+
+
+def test_server_error_is_unavailable_with_status_and_message() -> None:
+    rec = Recorder(httpx.Response(500, json={"error": {"message": "CUDA out of memory"}}))
+    with pytest.raises(LLMUnavailableError, match="500: CUDA out of memory"):
+        _engine(rec).complete_json(HI, {"type": "object"}, max_tokens=8)
+    assert len(rec.requests) == 2  # the one dialect retry, no more
+
+
+def test_overloaded_server_is_not_retried() -> None:
+    rec = Recorder(httpx.Response(503, text="overloaded"))
+    with pytest.raises(LLMUnavailableError, match="503: overloaded"):
+        _engine(rec).complete_choice(HI, ["a", "b"])
+    assert len(rec.requests) == 1
+
+
+def test_client_error_carries_server_message_but_never_the_key() -> None:
+    rec = Recorder(httpx.Response(401, json={"error": {"message": f"Incorrect API key provided: {SECRET}"}}))
+    eng = _engine(rec)
+    with pytest.raises(LLMUnavailableError) as info:
+        eng.complete_json(HI, {"type": "object"}, max_tokens=8)
+    assert rec.requests[0].headers["authorization"] == f"Bearer {SECRET}"
+    assert "401" in str(info.value) and "Incorrect API key provided: ***" in str(info.value)
+    assert SECRET not in str(info.value) and SECRET not in repr(eng)
+    assert SECRET not in "".join(traceback.format_exception(info.value))
+
+
+def test_fastapi_validation_detail_is_the_message() -> None:
+    rec = Recorder(httpx.Response(422, json={"detail": [{"msg": "field required"}]}))
+    with pytest.raises(LLMUnavailableError, match="422: .*field required"):
+        _engine(rec).complete_json(HI, {"type": "object"}, max_tokens=8)
+
+
+def test_no_key_sends_no_authorization_header() -> None:
+    rec = Recorder(httpx.Response(200, json=_completion("{}")))
+    _engine(rec, api_key=None).complete_json(HI, {"type": "object"}, max_tokens=8)
+    assert "authorization" not in rec.requests[0].headers
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [httpx.ConnectError("[Errno 111] Connection refused"), httpx.ReadTimeout("timed out")],
+    ids=["refused", "timeout"],
+)
+def test_transport_failures_are_unavailable(failure: Exception) -> None:
+    rec = Recorder(failure)
+    with pytest.raises(LLMUnavailableError, match="llm.test:8000"):
+        _engine(rec).complete_choice(HI, ["a", "b"])
+    assert len(rec.requests) == 1
+
+
+def test_not_a_chat_completion_is_unavailable() -> None:
+    rec = Recorder(httpx.Response(200, text="<html>proxy login</html>"))
+    with pytest.raises(LLMUnavailableError, match="did not answer with a chat completion"):
+        _engine(rec).complete_json(HI, {"type": "object"}, max_tokens=8)
+
+
+def test_real_refused_connection_is_unavailable() -> None:
+    eng = OpenAIEngine(f"http://127.0.0.1:{_free_port()}/v1", "m", api_key=SECRET, timeout_s=5)
+    with pytest.raises(LLMUnavailableError, match="cannot reach") as info:
+        eng.complete_json(HI, {"type": "object"}, max_tokens=8)
+    assert SECRET not in str(info.value)
+    eng.close()

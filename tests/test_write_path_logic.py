@@ -1,0 +1,158 @@
+"""Logic of the write path around the LLM, with a scripted engine (real FAISS, DuckDB, embedder).
+
+The same behaviours run against the real packaged model in test_write_path_real.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+
+from memory_core.clock import ManualClock
+from memory_core.embedding import Embedder
+from memory_core.errors import ConfigError, LLMOutputError
+from memory_core.llm.structured import StructuredLLM
+from memory_core.models import Role, Turn
+from memory_core.service import MemoryService, open_local_service
+from memory_core.settings import Settings
+from tests.scripted_engine import ScriptedEngine, facts_json
+
+
+@pytest.fixture
+def engine() -> ScriptedEngine:
+    return ScriptedEngine()
+
+
+@pytest.fixture
+def svc(
+    settings: Settings, clock: ManualClock, embedder: Embedder, engine: ScriptedEngine
+) -> Iterator[MemoryService]:
+    service = open_local_service(settings, clock, embedder, engine=engine)
+    yield service
+    service.close()
+
+
+def _user(text: str) -> Turn:
+    return Turn(role=Role.USER, content=text)
+
+
+def test_small_talk_is_skipped_without_any_llm_call(svc: MemoryService, engine: ScriptedEngine) -> None:
+    outcomes = svc.ingest(
+        "u", "s", [_user("哈哈哈"), _user("ok thanks!"), _user("What's the capital of France?")]
+    )
+    assert [o.skipped for o in outcomes] == ["small_talk", "small_talk", "impersonal_question"]
+    assert engine.calls == [] and all(o.llm_calls == 0 for o in outcomes)
+    assert len(svc.working.window("u", "s")) == 3  # the working window still has them
+
+
+def test_judge_no_means_nothing_is_extracted(svc: MemoryService, engine: ScriptedEngine) -> None:
+    engine.script("judge", "no")
+    (outcome,) = svc.ingest("u", "s", [_user("It's been raining all day, ugh.")])
+    assert outcome.skipped == "judge" and engine.calls == ["judge"] and outcome.llm_calls == 1
+
+
+def test_facts_and_profile_are_routed_and_temporary_facts_expire(
+    svc: MemoryService, engine: ScriptedEngine
+) -> None:
+    engine.script(
+        "extract",
+        facts_json(
+            ("User is a backend engineer who writes Go", "identity", "fact", False),
+            ("User is at the airport", "event", "fact", True),
+            ("User wants short answers", "preference", "profile", False),
+        ),
+    )
+    turn = Turn(role=Role.USER, content="I'm at the airport. I write Go. Keep it short.", turn_id="s:0")
+    (outcome,) = svc.ingest("u", "s", [turn])
+    assert [f.text for f in outcome.facts] == [
+        "User is a backend engineer who writes Go",
+        "User is at the airport",
+    ]
+    assert outcome.facts[0].expire_at is None
+    assert outcome.facts[1].expire_at == svc.clock.now() + svc.settings.temporary_ttl.event
+    assert all(f.source_turn_ids == ("s:0",) for f in outcome.facts)
+    assert [e.text for e in svc.profile("u")] == ["User wants short answers"]
+    assert svc.sweep(svc.clock.now() + timedelta(days=8)) == 1
+    assert [f.text for f in svc.list_facts("u")] == ["User is a backend engineer who writes Go"]
+
+
+def test_invalid_output_is_retried_once_then_the_turn_is_not_written(
+    svc: MemoryService, engine: ScriptedEngine
+) -> None:
+    engine.script("extract", "not json", '{"facts": [{"text": "x"}]}')
+    (outcome,) = svc.ingest("u", "s", [_user("I live in Lyon")])
+    assert outcome.skipped == "error" and "Extraction" in (outcome.error or "")
+    assert engine.calls == ["judge", "extract", "extract"]
+    assert svc.list_facts("u") == [] and svc.profile("u") == []
+    assert svc.llm is not None and svc.llm.stats.invalid_outputs == 2
+    # A retry that succeeds writes normally.
+    engine.script("extract", "{", facts_json(("User lives in Lyon", "identity", "fact", False)))
+    (outcome,) = svc.ingest("u", "s", [_user("I live in Lyon")])
+    assert [f.text for f in outcome.facts] == ["User lives in Lyon"]
+
+
+def test_facts_in_the_wrong_language_are_invalid(svc: MemoryService, engine: ScriptedEngine) -> None:
+    engine.script("extract", facts_json(("用户住在里昂", "identity", "fact", False)))
+    engine.script("extract", facts_json(("User lives in Lyon", "identity", "fact", False)))
+    (outcome,) = svc.ingest("u", "s", [_user("I live in Lyon")])
+    assert [f.text for f in outcome.facts] == ["User lives in Lyon"]
+
+
+def test_duplicates_are_skipped_and_updates_supersede(svc: MemoryService, engine: ScriptedEngine) -> None:
+    engine.script("extract", facts_json(("用户住在杭州", "identity", "fact", False)))
+    (first,) = svc.ingest("u", "s", [_user("我住在杭州")])
+    engine.script("extract", facts_json(("用户住在杭州", "identity", "fact", False)))
+    (again,) = svc.ingest("u", "s", [_user("我住在杭州啊")])
+    assert again.duplicates == 1 and again.facts == []
+    engine.script("extract", facts_json(("用户搬到了深圳", "identity", "fact", False)))
+    engine.script("resolve", "update")
+    (moved,) = svc.ingest("u", "s", [_user("我上个月搬到深圳了")])
+    assert moved.superseded == [first.facts[0].id]
+    assert [h.fact.text for h in svc.recall("u", "我住在哪个城市？")] == ["用户搬到了深圳"]
+    history = svc.list_facts("u", include_superseded=True)
+    assert {f.text for f in history} == {"用户住在杭州", "用户搬到了深圳"}
+
+
+def test_forget_by_words_deletes_what_the_llm_matches(svc: MemoryService, engine: ScriptedEngine) -> None:
+    engine.script(
+        "extract",
+        facts_json(
+            ("用户下周二要去上海出差", "event", "fact", True),
+            ("用户出差期间住在静安区", "event", "fact", True),
+            ("用户对海鲜过敏", "identity", "fact", False),
+        ),
+    )
+    svc.ingest("u", "s", [_user("下周二我要去上海出差，住在静安区。对了我对海鲜过敏")])
+    engine.script("forget_target", '{"target": "出差安排"}')
+    engine.defaults["forget_match"] = lambda prompt: "yes" if "出差" in prompt.split("Memory:")[1] else "no"
+    (outcome,) = svc.ingest("u", "s", [_user("忘掉我上次说的出差安排")])
+    assert outcome.forgotten is not None
+    assert sorted(f.text for f in outcome.forgotten.facts) == [
+        "用户下周二要去上海出差",
+        "用户出差期间住在静安区",
+    ]
+    assert outcome.forgotten.reply.startswith("好的，已经忘掉")
+    assert [f.text for f in svc.list_facts("u")] == ["用户对海鲜过敏"]
+
+
+def test_service_without_llm_refuses_to_ingest(
+    settings: Settings, clock: ManualClock, embedder: Embedder
+) -> None:
+    service = open_local_service(settings, clock, embedder)
+    with pytest.raises(ConfigError):
+        service.ingest("u", "s", [_user("hi")])
+    with pytest.raises(ConfigError):
+        service.forget("u", "forget everything")
+    service.close()
+
+
+def test_structured_llm_raises_after_one_retry(engine: ScriptedEngine) -> None:
+    engine.script("judge", "maybe", "perhaps")
+    llm = StructuredLLM(engine)
+    from memory_core.write.prompts import judge_messages
+
+    with pytest.raises(LLMOutputError):
+        llm.choose(judge_messages("hello"), ["yes", "no"])
+    assert llm.stats.calls == 2 and llm.stats.invalid_outputs == 2
