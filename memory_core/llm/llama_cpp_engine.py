@@ -20,14 +20,16 @@ def choice_grammar(choices: Sequence[str]) -> str:
 class LlamaCppEngine:
     """One GGUF model in this process. Calls are serialized (llama.cpp contexts are not thread-safe)."""
 
-    def __init__(self, model_path: Path, n_ctx: int = 4096, threads: int = 2) -> None:
+    def __init__(
+        self, model_path: Path, n_ctx: int = 4096, threads: int = 2, cache_bytes: int = 1 << 30
+    ) -> None:
         """Load ``model_path``.
 
         Raises:
             LLMUnavailableError: llama-cpp-python is missing or the model cannot be loaded.
         """
         try:
-            from llama_cpp import Llama, LlamaGrammar
+            from llama_cpp import Llama, LlamaGrammar, LlamaRAMCache
         except ImportError as exc:
             raise LLMUnavailableError("llama-cpp-python is not installed (extra 'llm')") from exc
         try:
@@ -36,7 +38,11 @@ class LlamaCppEngine:
             )
         except (ValueError, OSError) as exc:
             raise LLMUnavailableError(f"cannot load {model_path}: {exc}") from exc
+        # Prompts of the write path share long few-shot prefixes but alternate (judge, extract,
+        # resolve); a RAM cache of evaluated states lets each reuse its own prefix.
+        self._llm.set_cache(LlamaRAMCache(capacity_bytes=cache_bytes))
         self._grammar = LlamaGrammar
+        self._grammars: dict[str, Any] = {}
         self._lock = threading.Lock()
         self.name = f"llama.cpp:{model_path.name}"
 
@@ -58,12 +64,20 @@ class LlamaCppEngine:
     def complete_json(
         self, messages: Sequence[ChatMessage], schema: dict[str, Any], max_tokens: int
     ) -> Completion:
-        """Generate JSON under ``schema`` (llama.cpp converts the schema to a grammar)."""
-        return self._chat(messages, max_tokens, response_format={"type": "json_object", "schema": schema})
+        """Generate JSON under ``schema`` (converted to a grammar once per schema)."""
+        key = json.dumps(schema, sort_keys=True)
+        grammar = self._grammars.get(key)
+        if grammar is None:
+            grammar = self._grammar.from_json_schema(key, verbose=False)
+            self._grammars[key] = grammar
+        return self._chat(messages, max_tokens, grammar=grammar)
 
     def complete_choice(self, messages: Sequence[ChatMessage], choices: Sequence[str]) -> Completion:
         """Generate exactly one of ``choices``."""
-        grammar = self._grammar.from_string(choice_grammar(choices), verbose=False)
+        key = choice_grammar(choices)
+        grammar = self._grammars.get(key)
+        if grammar is None:
+            grammar = self._grammars[key] = self._grammar.from_string(key, verbose=False)
         longest = max(len(c) for c in choices)
         return self._chat(messages, max_tokens=longest + 4, grammar=grammar)
 

@@ -10,24 +10,26 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from memory_core.errors import LLMUnavailableError
 from memory_core.llm.base import ChatMessage, Completion
+
+VLLMDtype = Literal["auto", "bfloat16", "float16", "float32"]
 
 # Room for the end-of-sequence token after a choice; a choice is never fewer characters than tokens.
 _CHOICE_SLACK_TOKENS = 4
 
 
 class VLLMEngine:
-    """One HF model directory served in this process by vLLM. Calls are serialized (``LLM`` is not thread-safe)."""
+    """One HF model directory served by vLLM. Calls are serialized (``LLM`` is not thread-safe)."""
 
     def __init__(
         self,
         model_dir: Path,
         max_model_len: int = 4096,
         kv_cache_bytes: int = 1 << 30,
-        dtype: str = "auto",
+        dtype: VLLMDtype = "auto",
         seed: int = 0,
     ) -> None:
         """Load ``model_dir`` (an HF model directory: config.json, weights, tokenizer, chat template).
@@ -66,6 +68,10 @@ class VLLMEngine:
                 kv_cache_memory_bytes=kv_cache_bytes,
                 dtype=dtype,
                 seed=seed,
+                # Compact JSON: free whitespace lets small models loop on newlines until max_tokens.
+                # Only an engine-wide setting (xgrammar ignores the per-request flag), and only for
+                # the xgrammar and guidance backends; xgrammar is what "auto" picks for schemas.
+                structured_outputs_config={"backend": "xgrammar", "disable_any_whitespace": True},
             )
         except (RuntimeError, ValueError, OSError) as exc:
             raise LLMUnavailableError(f"vLLM cannot load {model_dir}: {exc}") from exc
@@ -101,9 +107,8 @@ class VLLMEngine:
     def complete_json(
         self, messages: Sequence[ChatMessage], schema: dict[str, Any], max_tokens: int
     ) -> Completion:
-        """Generate JSON under ``schema``, without free whitespace (small models can loop on it)."""
-        structured = self._structured(json=schema, disable_any_whitespace=True)
-        return self._chat(messages, max_tokens, structured)
+        """Generate compact JSON under ``schema``."""
+        return self._chat(messages, max_tokens, self._structured(json=schema))
 
     def complete_choice(self, messages: Sequence[ChatMessage], choices: Sequence[str]) -> Completion:
         """Generate exactly one of ``choices``."""

@@ -26,6 +26,7 @@ JUDGE_SHOTS = [
     ("Please don't use emojis when you answer me.", "yes"),
     ("Translate 'good morning' into Spanish.", "no"),
     ("Haha, that's a good one. It's so sunny today!", "no"),
+    ("I'm at the station right now, my train leaves in ten minutes.", "yes"),
     ("我下周三要去北京开会。", "yes"),
     ("今天天气不错，哈哈。", "no"),
     ("帮我给我女儿的老师写一封请假信，她叫小雨。", "yes"),

@@ -1,0 +1,73 @@
+"""The vLLM engine passes the engine contract (real vLLM on the CPU, SmolLM2 converted from its GGUF).
+
+Not skipped when vLLM is missing: the engine fixture then fails with LLMUnavailableError, so
+an install that lost vLLM shows up red in CI.
+
+vLLM spawns its engine core and worker processes; under pytest the spawned children
+re-import pytest's own ``__main__``, which is guarded, so no test code runs twice.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from memory_core.errors import LLMUnavailableError
+from memory_core.llm.base import LLMEngine
+from memory_core.llm.hf_weights import SOURCE_RECORD, ensure_hf_model
+from memory_core.llm.packaged import smollm2_path
+from memory_core.llm.vllm_engine import VLLMEngine
+from tests.engine_contract import ALL_CHECKS
+
+# Converted once per machine (about a minute), then reused by every run.
+HF_CACHE = Path.home() / ".cache" / "longmem" / "hf"
+
+
+@pytest.fixture(scope="module")
+def model_dir() -> Iterator[Path]:
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("HF_HUB_OFFLINE", "1")
+        env.setenv("TRANSFORMERS_OFFLINE", "1")
+        yield ensure_hf_model(smollm2_path(), HF_CACHE)
+
+
+@pytest.fixture(scope="module")
+def engine(model_dir: Path) -> Iterator[VLLMEngine]:
+    with pytest.MonkeyPatch.context() as env:
+        # Inherited by vLLM's spawned processes: any attempt to reach a model hub fails loudly.
+        env.setenv("HF_HUB_OFFLINE", "1")
+        env.setenv("TRANSFORMERS_OFFLINE", "1")
+        eng = VLLMEngine(model_dir, max_model_len=2048, kv_cache_bytes=256 << 20)
+        yield eng
+        eng.close()
+
+
+def test_cuda_torchvision_is_not_importable() -> None:
+    # PyPI's torchvision (a CUDA build) beside the CPU torch breaks transformers' imports
+    # ("operator torchvision::nms does not exist"); the install removes it.
+    assert importlib.util.find_spec("torchvision") is None, "uninstall torchvision (see README, vLLM on CPU)"
+
+
+def test_converted_model_is_reused(model_dir: Path) -> None:
+    weights = model_dir / "model.safetensors"
+    before = weights.stat().st_mtime_ns
+    assert ensure_hf_model(smollm2_path(), HF_CACHE) == model_dir
+    assert weights.stat().st_mtime_ns == before
+    assert (model_dir / SOURCE_RECORD).is_file() and (model_dir / "config.json").is_file()
+
+
+@pytest.mark.parametrize("check", ALL_CHECKS, ids=lambda c: c.__name__)
+def test_contract(engine: LLMEngine, check: Callable[[LLMEngine], None]) -> None:
+    check(engine)
+
+
+def test_name_names_the_model(engine: VLLMEngine, model_dir: Path) -> None:
+    assert engine.name == f"vllm:{model_dir.name}"
+
+
+def test_missing_model_dir_is_unavailable(tmp_path: Path) -> None:
+    with pytest.raises(LLMUnavailableError, match="not an HF model directory"):
+        VLLMEngine(tmp_path)
