@@ -242,11 +242,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             settings = load_settings(args.config, **overrides)
             clock = ManualClock(SystemClock().now()) if getattr(args, "manual_clock", False) else None
             engine = make_engine(settings.llm) if getattr(args, "needs_llm", False) else None
-            svc = open_local_service(settings, clock, engine=engine)
             try:
-                args.func(svc, args)
+                svc = open_local_service(settings, clock, engine=engine)
+                try:
+                    args.func(svc, args)
+                finally:
+                    svc.close()
             finally:
-                svc.close()
+                if engine is not None:
+                    engine.close()
     except LongmemError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -225,11 +225,9 @@ class MemoryService:
         )
 
     def close(self) -> None:
-        """Close the stores and the LLM engine."""
+        """Close the stores (the LLM engine belongs to whoever created it)."""
         self.facts.close()
         self.profiles.close()
-        if self.llm is not None:
-            self.llm.engine.close()
 
 
 def open_local_service(
