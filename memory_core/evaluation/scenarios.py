@@ -12,7 +12,7 @@ import hashlib
 import json
 import re
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -167,8 +167,12 @@ def _contains_any(texts: Iterable[str], needles: Sequence[str]) -> bool:
     return any(n.casefold() in t for n in needles for t in lowered)
 
 
-def run_scenarios(target: MemoryTarget, scenarios: Sequence[dict[str, Any]]) -> ScenarioReport:
-    """Run every scenario in order against ``target``.
+def run_scenarios(
+    target: MemoryTarget,
+    scenarios: Sequence[dict[str, Any]],
+    progress: Callable[[str], None] | None = None,
+) -> ScenarioReport:
+    """Run every scenario in order against ``target``; ``progress`` gets a line per scenario.
 
     Raises:
         ValidationError: a step has an unknown op or misses a field.
@@ -179,6 +183,7 @@ def run_scenarios(target: MemoryTarget, scenarios: Sequence[dict[str, Any]]) -> 
     for scenario in scenarios:
         user = user_id_for(str(scenario["id"]))
         lang = str(scenario.get("lang", "unknown"))
+        passed_before, steps_before, began = report.total.passed, report.total.steps, time.perf_counter()
         for number, step in enumerate(scenario["steps"], 1):
             op = step.get("op")
             try:
@@ -187,6 +192,11 @@ def run_scenarios(target: MemoryTarget, scenarios: Sequence[dict[str, Any]]) -> 
                 raise ValidationError(
                     f"scenario {scenario['id']!r} step {number} ({op}) misses {exc}"
                 ) from exc
+        if progress is not None:
+            progress(
+                f"{scenario['id']}: {report.total.passed - passed_before}/{report.total.steps - steps_before} "
+                f"checks passed ({time.perf_counter() - began:.1f} s)"
+            )
     calls1, seconds1 = target.llm_usage()
     report.llm_calls, report.llm_seconds = calls1 - calls0, seconds1 - seconds0
     report.wall_seconds = time.perf_counter() - start

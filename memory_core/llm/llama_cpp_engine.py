@@ -65,7 +65,8 @@ class LlamaCppEngine:
         self, messages: Sequence[ChatMessage], schema: dict[str, Any], max_tokens: int
     ) -> Completion:
         """Generate JSON under ``schema`` (converted to a grammar once per schema)."""
-        key = json.dumps(schema, sort_keys=True)
+        # Property order is kept: the model writes fields in schema order, and text-first reads best.
+        key = json.dumps(schema)
         grammar = self._grammars.get(key)
         if grammar is None:
             grammar = self._grammar.from_json_schema(key, verbose=False)

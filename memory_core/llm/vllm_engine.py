@@ -17,7 +17,9 @@ from memory_core.llm.base import ChatMessage, Completion
 
 VLLMDtype = Literal["auto", "bfloat16", "float16", "float32"]
 
-# Room for the end-of-sequence token after a choice; a choice is never fewer characters than tokens.
+# Room for the end-of-sequence token after a choice. The choice itself is bounded by its UTF-8
+# length: a byte-level tokenizer never needs more tokens than bytes (one CJK character can take
+# two or three tokens, so counting characters would cut Chinese choices short).
 _CHOICE_SLACK_TOKENS = 4
 
 
@@ -112,7 +114,7 @@ class VLLMEngine:
 
     def complete_choice(self, messages: Sequence[ChatMessage], choices: Sequence[str]) -> Completion:
         """Generate exactly one of ``choices``."""
-        longest = max(len(c) for c in choices)
+        longest = max(len(c.encode("utf-8")) for c in choices)
         return self._chat(messages, longest + _CHOICE_SLACK_TOKENS, self._structured(choice=list(choices)))
 
     def close(self) -> None:

@@ -40,6 +40,7 @@ _TASK_START = re.compile(
 _LEADING_HELP = re.compile(
     r"^(please\s+)?((can|could) you\s+)?(help me|give me|tell me|show me|帮我|请帮我|麻烦帮我)", re.IGNORECASE
 )
+_MATERIAL = re.compile("[:：\"'“”‘’「」]")
 _TRAILING_PARTICLES = re.compile(r"[呀啦吧呢啊哦哈嘛]+$")
 _QUESTION = re.compile(
     r"[?？]\s*$|^(what|who|whom|whose|when|where|which|why|how|is|are|does|do|did|can|could)\b", re.IGNORECASE
@@ -73,11 +74,13 @@ def prefilter(text: str) -> SkipReason | None:
     if len(words) <= 4 and all(word in _ACK_SET for word in words):
         return SkipReason.SMALL_TALK
     original = unicodedata.normalize("NFKC", text).strip()
-    personal = _FIRST_PERSON.search(_LEADING_HELP.sub("", original).strip())
-    if personal:
-        return None
     if _TASK_START.search(folded):
-        return SkipReason.IMPERSONAL_TASK
+        # The material to work on (after a colon or in quotes) is not about the speaker.
+        request = _MATERIAL.split(original, maxsplit=1)[0]
+        if not _FIRST_PERSON.search(_LEADING_HELP.sub("", request).strip()):
+            return SkipReason.IMPERSONAL_TASK
+    if _FIRST_PERSON.search(_LEADING_HELP.sub("", original).strip()):
+        return None
     if _QUESTION.search(folded) and not _SECOND_PERSON.search(folded):
         return SkipReason.IMPERSONAL_QUESTION
     return None

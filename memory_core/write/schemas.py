@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from memory_core.models import Tag
 
@@ -32,6 +32,16 @@ class ExtractedFact(BaseModel):
     ttl_days: int | None = Field(
         default=None, ge=1, le=365, description="How long a temporary fact stays true, when the message says."
     )
+
+    @field_validator("ttl_days", mode="before")
+    @classmethod
+    def _no_hint(cls, value: object) -> object:
+        # Grammars cannot bound numbers: a small model writes 0 for "no hint".
+        if isinstance(value, int) and value < 1:
+            return None
+        if isinstance(value, int) and value > 365:
+            return 365
+        return value
 
 
 class Extraction(BaseModel):

@@ -1,0 +1,37 @@
+"""The public behaviour scenarios, in-process, with the real default model: the issue's bar is 90 %."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from memory_core.clock import ManualClock
+from memory_core.embedding import Embedder
+from memory_core.evaluation.local import LocalTarget
+from memory_core.evaluation.scenarios import load_scenarios, run_scenarios, user_id_for
+from memory_core.llm.factory import make_engine
+from memory_core.service import open_local_service
+from memory_core.settings import Settings
+
+PUBLIC = Path(__file__).resolve().parents[2] / "shared" / "eval" / "scenarios" / "public.jsonl"
+
+
+def test_public_scenarios_pass(settings: Settings, clock: ManualClock, embedder: Embedder) -> None:
+    engine = make_engine(settings.llm)
+    svc = open_local_service(settings, clock, embedder, engine=engine)
+    try:
+        report = run_scenarios(LocalTarget(svc, clock), load_scenarios(PUBLIC)).as_dict()
+    finally:
+        svc.close()
+        engine.close()
+    summary = report["summary"]
+    print(summary, report["failures"])
+    assert summary["steps"] >= 19  # every checked step of the public file ran
+    assert summary["pass_rate"] >= 0.9, report["failures"]
+    for lang in ("zh", "en"):
+        assert summary["by_lang"][lang]["pass_rate"] >= 0.9, report["failures"]
+
+
+def test_scenario_user_ids_are_valid_and_distinct() -> None:
+    ids = [user_id_for(s) for s in ("pub-zh-trip", "pub zh trip", "pub/zh/trip", "场景-一", "x" * 300)]
+    assert len(set(ids)) == len(ids)
+    assert all(len(i) <= 128 for i in ids)
