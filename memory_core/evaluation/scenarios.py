@@ -193,10 +193,9 @@ def run_scenarios(
                     f"scenario {scenario['id']!r} step {number} ({op}) misses {exc}"
                 ) from exc
         if progress is not None:
-            progress(
-                f"{scenario['id']}: {report.total.passed - passed_before}/{report.total.steps - steps_before} "
-                f"checks passed ({time.perf_counter() - began:.1f} s)"
-            )
+            passed, checked = report.total.passed - passed_before, report.total.steps - steps_before
+            seconds = time.perf_counter() - began
+            progress(f"{scenario['id']}: {passed}/{checked} checks passed ({seconds:.1f} s)")
     calls1, seconds1 = target.llm_usage()
     report.llm_calls, report.llm_seconds = calls1 - calls0, seconds1 - seconds0
     report.wall_seconds = time.perf_counter() - start
