@@ -156,3 +156,14 @@ def test_structured_llm_raises_after_one_retry(engine: ScriptedEngine) -> None:
     with pytest.raises(LLMOutputError):
         llm.choose(judge_messages("hello"), ["yes", "no"])
     assert llm.stats.calls == 2 and llm.stats.invalid_outputs == 2
+
+
+def test_event_said_with_a_near_time_cue_is_temporary(svc: MemoryService, engine: ScriptedEngine) -> None:
+    engine.script("extract", facts_json(("User's flight to Berlin boards soon", "event", "fact", False)))
+    engine.script("extract", facts_json(("User's sister lives in Berlin", "identity", "fact", False)))
+    (boarding,) = svc.ingest(
+        "u", "s", [_user("My flight to Berlin boards in 40 minutes, I'm at the gate right now")]
+    )
+    (sister,) = svc.ingest("u", "s", [_user("My sister lives in Berlin, I visit her right now and then")])
+    assert boarding.facts[0].expire_at == svc.clock.now() + svc.settings.temporary_ttl.event
+    assert sister.facts[0].expire_at is None  # only events are made temporary by the cue

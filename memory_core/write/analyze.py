@@ -23,6 +23,19 @@ _FORGET = re.compile(
 )
 
 
+_NEAR_TIME = re.compile(
+    r"\b(right now|now|today|tonight|tomorrow|this (morning|afternoon|evening|week|weekend)|next "
+    r"(week|month|monday|tuesday|wednesday|thursday|friday|saturday|sunday)|in \d+ (minutes|hours|days))\b"
+    r"|现在|正在|今天|今晚|明天|后天|这周|本周|下周|下个月|周[一二三四五六日末]|星期[一二三四五六日天]|\d+分钟后",
+    re.IGNORECASE,
+)
+
+
+def has_near_time_cue(text: str) -> bool:
+    """Whether ``text`` places something at the present or in the near future ("right now", "下周二")."""
+    return _NEAR_TIME.search(text) is not None
+
+
 def is_forget_request(text: str) -> bool:
     """Whether the user is asking the assistant to forget something."""
     return _FORGET.search(text) is not None

@@ -13,11 +13,11 @@ import numpy as np
 from memory_core.embedding import Embedder
 from memory_core.errors import LLMError
 from memory_core.llm.structured import StructuredLLM
-from memory_core.models import Fact, Layer, NewFact, Role, Turn
+from memory_core.models import Fact, Layer, NewFact, Role, Tag, Turn
 from memory_core.settings import Settings
 from memory_core.store.facts import FactStore
 from memory_core.store.profile import ProfileStore
-from memory_core.write.analyze import TurnAnalyzer, is_forget_request
+from memory_core.write.analyze import TurnAnalyzer, has_near_time_cue, is_forget_request
 from memory_core.write.forget import ForgetResult, Forgetter
 from memory_core.write.prompts import resolve_messages
 from memory_core.write.schemas import RELATIONS, ExtractedFact
@@ -150,8 +150,10 @@ class WritePath:
             plan.new.append((item, vector))
         return plan
 
-    def _expiry(self, item: ExtractedFact, at: datetime) -> datetime | None:
-        if not item.temporary:
+    def _expiry(self, item: ExtractedFact, message: str, at: datetime) -> datetime | None:
+        # An event said with a near-time cue ("right now", "下周二") is temporary even when the
+        # small model forgets to say so: a boarding call must not become a lasting fact.
+        if not item.temporary and not (item.tag is Tag.EVENT and has_near_time_cue(message)):
             return None
         ttl = self._settings.temporary_ttl.for_tag(item.tag)
         if item.ttl_days is not None:
@@ -167,7 +169,7 @@ class WritePath:
                 tag=item.tag,
                 layer=Layer.FACT,
                 created_at=at,
-                expire_at=self._expiry(item, at),
+                expire_at=self._expiry(item, turn.content, at),
                 source_turn_ids=sources,
             )
             for item, _ in plan.new
