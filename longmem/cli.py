@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from memory_core.clock import ManualClock, SystemClock
-from memory_core.errors import LongmemError
+from memory_core.errors import ConfigError, LongmemError
 from memory_core.evaluation.local import LocalTarget
 from memory_core.evaluation.scenarios import load_scenarios, run_scenarios
 from memory_core.llm.factory import make_engine
@@ -146,7 +146,8 @@ def cmd_demo(svc: MemoryService, args: argparse.Namespace) -> None:
 def cmd_eval_scenarios(svc: MemoryService, args: argparse.Namespace) -> None:
     """Run a scenario file in-process and print (and optionally write) the report."""
     scenarios = load_scenarios(args.file)
-    assert isinstance(svc.clock, ManualClock)
+    if not isinstance(svc.clock, ManualClock):
+        raise ConfigError("scenario runs need a service on a manual clock")
     report = run_scenarios(LocalTarget(svc, svc.clock), scenarios, lambda line: print(line, file=sys.stderr))
     print(report.table())
     if args.report:
