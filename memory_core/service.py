@@ -71,15 +71,12 @@ class MemoryService:
         self._write: WritePath | None = None
         if llm is not None:
             forgetter = Forgetter(llm, self.recaller, facts, profiles, embedder)
-            self._forgetter: Forgetter | None = forgetter
             self._write = WritePath(settings, llm, embedder, facts, profiles, forgetter)
-        else:
-            self._forgetter = None
 
-    def _llm_parts(self) -> tuple[WritePath, Forgetter]:
-        if self._write is None or self._forgetter is None:
+    def _write_path(self) -> WritePath:
+        if self._write is None:
             raise ConfigError("this service has no LLM: open it with an engine to ingest or forget by words")
-        return self._write, self._forgetter
+        return self._write
 
     def ingest(
         self, user_id: str, session_id: str, turns: Sequence[Turn], at: datetime | None = None
@@ -101,7 +98,7 @@ class MemoryService:
             ConfigError: the service has no LLM.
             StorageError: a write was not made durable.
         """
-        write, _ = self._llm_parts()
+        write = self._write_path()
         self._user(user_id)
         for turn in turns:
             check_text(turn.content, self.settings.limits.max_text_chars)
@@ -117,10 +114,10 @@ class MemoryService:
             ConfigError: the service has no LLM.
             LLMError: the request could not be resolved; nothing deleted.
         """
-        _, forgetter = self._llm_parts()
+        write = self._write_path()
         self._user(user_id)
         check_text(utterance, self.settings.limits.max_text_chars)
-        return forgetter.forget(user_id, utterance, as_utc(at) if at else self.clock.now())
+        return write.forgetter.forget(user_id, utterance, as_utc(at) if at else self.clock.now())
 
     def _user(self, user_id: str) -> str:
         return check_user_id(user_id, self.settings.limits.max_user_id_chars)

@@ -70,7 +70,7 @@ class WritePath:
         self._embedder = embedder
         self._facts = facts
         self._profiles = profiles
-        self._forgetter = forgetter
+        self.forgetter = forgetter
 
     def process(self, user_id: str, turns: Sequence[Turn], at: datetime) -> list[TurnOutcome]:
         """Run the write path over the user turns of ``turns`` (assistant turns give context).
@@ -102,7 +102,7 @@ class WritePath:
         outcome = TurnOutcome(turn_id=turn.turn_id)
         try:
             if is_forget_request(turn.content):
-                outcome.forgotten = self._forgetter.forget(user_id, turn.content, at)
+                outcome.forgotten = self.forgetter.forget(user_id, turn.content, at)
                 return outcome
             # The judge sees the message alone: with the assistant's previous words in front of
             # it, the small default model judged plain personal facts "not worth remembering".
