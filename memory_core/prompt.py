@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
+from memory_core.llm.base import ChatMessage
 from memory_core.models import ProfileEntry, RecallHit, Turn
 
 SYSTEM_RULES = (
@@ -49,6 +50,30 @@ def render_window(turns: Sequence[Turn]) -> str:
     return "<recent_conversation>\n" + "\n".join(lines) + ("\n" if lines else "") + "</recent_conversation>"
 
 
+def build_context(
+    hits: Sequence[RecallHit],
+    profile: Sequence[ProfileEntry],
+    window: Sequence[Turn],
+    instructions: str = "",
+) -> str:
+    """The system text of a reply: the data rule, the agent's own instructions, the data blocks.
+
+    Args:
+        hits: recalled memories, best first.
+        profile: the user's lasting preferences.
+        window: recent turns of the session, oldest first.
+        instructions: the calling agent's own system prompt, kept above the data blocks.
+
+    Returns:
+        The system text.
+    """
+    parts = [SYSTEM_RULES]
+    if instructions.strip():
+        parts.append(instructions.strip())
+    parts += [render_profile(profile), render_memories(hits), render_window(window)]
+    return "\n\n".join(parts)
+
+
 def build_prompt(
     question: str,
     hits: Sequence[RecallHit],
@@ -66,12 +91,18 @@ def build_prompt(
     Returns:
         The prompt.
     """
-    return "\n\n".join(
-        [
-            SYSTEM_RULES,
-            render_profile(profile),
-            render_memories(hits),
-            render_window(window),
-            f"user: {question}",
-        ]
-    )
+    return build_context(hits, profile, window) + f"\n\nuser: {question}"
+
+
+def build_messages(
+    question: str,
+    hits: Sequence[RecallHit],
+    profile: Sequence[ProfileEntry],
+    window: Sequence[Turn],
+    instructions: str = "",
+) -> list[ChatMessage]:
+    """Chat messages for the reply LLM: the context as the system message, the question as the user's."""
+    return [
+        ChatMessage(role="system", content=build_context(hits, profile, window, instructions)),
+        ChatMessage(role="user", content=question),
+    ]

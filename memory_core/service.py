@@ -11,12 +11,13 @@ from memory_core.embedding import Embedder, make_embedder
 from memory_core.errors import ConfigError, ValidationError
 from memory_core.llm.base import LLMEngine
 from memory_core.llm.structured import StructuredLLM
-from memory_core.models import Fact, Layer, NewFact, ProfileEntry, RecallHit, Tag, Turn, as_utc
-from memory_core.prompt import build_prompt
+from memory_core.models import Fact, Layer, NewFact, ProfileEntry, RecallHit, Role, Tag, Turn, as_utc
+from memory_core.prompt import build_messages, build_prompt
 from memory_core.recall import Recaller
 from memory_core.settings import Settings
-from memory_core.store.facts import FactStore, LocalFactStore
+from memory_core.store.facts import FactStore, LocalFactStore, ShardedFactStore
 from memory_core.store.profile import DuckDBProfileStore, ProfileStore
+from memory_core.sweep import SweepLog, SweepRecord, SweepRunner
 from memory_core.text import Tokenizer
 from memory_core.validation import check_text, check_user_id
 from memory_core.working import WorkingMemory
@@ -32,6 +33,18 @@ class EraseReceipt:
     facts: int
     profile_entries: int
     working_turns: int
+
+
+@dataclass(frozen=True)
+class ChatReply:
+    """One agent turn: the reply and what memory it was built from."""
+
+    reply: str
+    hits: list[RecallHit]
+    profile: list[ProfileEntry]
+    turns: tuple[Turn, Turn]  # the user's message and the reply, for the write that follows
+    prompt_tokens: int
+    completion_tokens: int
 
 
 @dataclass(frozen=True)
@@ -57,9 +70,10 @@ class MemoryService:
         clock: Clock | None = None,
         tokenizer: Tokenizer | None = None,
         llm: StructuredLLM | None = None,
+        sweep_log: SweepLog | None = None,
     ) -> None:
         """Wire the layers together; without ``llm`` the service stores and recalls but cannot
-        ingest conversations or forget by words."""
+        ingest conversations or forget by words; without ``sweep_log`` it cannot sweep."""
         self.settings = settings
         self.embedder = embedder
         self.facts = facts
@@ -72,6 +86,11 @@ class MemoryService:
         if llm is not None:
             forgetter = Forgetter(llm, self.recaller, facts, profiles, embedder)
             self._write = WritePath(settings, llm, embedder, facts, profiles, forgetter)
+        self.sweeper: SweepRunner | None = None
+        if sweep_log is not None:
+            if not isinstance(facts, ShardedFactStore):
+                raise ConfigError("the expiry sweep needs a sharded fact store")
+            self.sweeper = SweepRunner(facts.shards, settings.sweep, sweep_log, clock=self.clock)
 
     def _write_path(self) -> WritePath:
         if self._write is None:
@@ -98,14 +117,90 @@ class MemoryService:
             ConfigError: the service has no LLM.
             StorageError: a write was not made durable.
         """
-        write = self._write_path()
+        self.accept_turns(user_id, session_id, turns)
+        return self.write_turns(user_id, turns, at)
+
+    def accept_turns(self, user_id: str, session_id: str, turns: Sequence[Turn]) -> None:
+        """Check turns and add them to the session's working window, leaving the write for later.
+
+        Raises:
+            ValidationError: a bad user id or an empty/oversized turn; nothing added.
+            ConfigError: the service has no LLM (the write could never run).
+        """
+        self._check_turns(user_id, turns)
+        for turn in turns:
+            self.working.append(user_id, session_id, turn)
+
+    def _check_turns(self, user_id: str, turns: Sequence[Turn]) -> None:
+        self._write_path()
         self._user(user_id)
         for turn in turns:
             check_text(turn.content, self.settings.limits.max_text_chars)
-        when = as_utc(at) if at else self.clock.now()
-        for turn in turns:
-            self.working.append(user_id, session_id, turn)
-        return write.process(user_id, turns, when)
+
+    def write_turns(
+        self, user_id: str, turns: Sequence[Turn], at: datetime | None = None
+    ) -> list[TurnOutcome]:
+        """The write path alone (no working-window append): what runs after a chat reply.
+
+        Raises:
+            as for :meth:`ingest`.
+        """
+        self._check_turns(user_id, turns)
+        return self._write_path().process(user_id, turns, as_utc(at) if at else self.clock.now())
+
+    def chat(
+        self,
+        user_id: str,
+        session_id: str,
+        message: str,
+        k: int | None = None,
+        history: Sequence[Turn] | None = None,
+        instructions: str = "",
+        max_tokens: int = 256,
+    ) -> ChatReply:
+        """Answer one user message with memory: profile + recalled facts + working window → LLM reply.
+
+        The message and the reply join the session's working window; writing memories from the
+        message is left to the caller (:meth:`write_turns` with ``ChatReply.turns``), so that it
+        can run after the reply is sent.
+
+        Args:
+            user_id: the user.
+            session_id: the session whose working window frames the reply.
+            message: what the user just said.
+            k: memories to recall (settings' default when None).
+            history: the conversation so far as the caller keeps it (OpenAI-style clients send it
+                with every request); when given it replaces the stored working window.
+            instructions: the agent's own system prompt, kept above the memory blocks.
+            max_tokens: longest reply.
+
+        Raises:
+            ValidationError: bad user id or message.
+            ConfigError: the service has no LLM.
+            LLMError: no reply could be generated; nothing was changed.
+        """
+        llm = self.llm
+        if llm is None:
+            raise ConfigError("this service has no LLM: open it with an engine to chat")
+        self._check_turns(user_id, [Turn(role=Role.USER, content=message)])
+        now = self.clock.now()
+        hits = self.recall(user_id, message, k)
+        profile = self.profile(user_id)
+        window = list(history) if history is not None else self.working.window(user_id, session_id)
+        completion = llm.reply(build_messages(message, hits, profile, window, instructions), max_tokens)
+        asked = Turn(role=Role.USER, content=message, at=now)
+        answered = Turn(role=Role.ASSISTANT, content=completion.text.strip(), at=now)
+        if history is None:
+            self.working.append(user_id, session_id, asked)
+            self.working.append(user_id, session_id, answered)
+        return ChatReply(
+            reply=answered.content,
+            hits=hits,
+            profile=profile,
+            turns=(asked, answered),
+            prompt_tokens=completion.prompt_tokens,
+            completion_tokens=completion.completion_tokens,
+        )
 
     def forget(self, user_id: str, utterance: str, at: datetime | None = None) -> ForgetResult:
         """Resolve a forget request ("forget my home address") to memories and delete them.
@@ -162,11 +257,27 @@ class MemoryService:
             return []
         return self.facts.add(new_facts, self.embedder.embed_passages(texts))
 
-    def recall(self, user_id: str, question: str, k: int | None = None) -> list[RecallHit]:
-        """The user's facts that matter for ``question`` (at most k, above the threshold)."""
+    def recall(
+        self,
+        user_id: str,
+        question: str,
+        k: int | None = None,
+        threshold: float | None = None,
+        at: datetime | None = None,
+    ) -> list[RecallHit]:
+        """The user's facts that matter for ``question`` (at most k, above the threshold).
+
+        Args:
+            user_id: the asking user; only their facts are searched.
+            question: the question or current message.
+            k: most memories (settings' default when None).
+            threshold: least score (settings' or the embedder's default when None).
+            at: recall as of this time (facts expired by then are left out); the clock's now by default.
+        """
         self._user(user_id)
         check_text(question, self.settings.limits.max_text_chars)
-        return self.recaller.recall(user_id, question, self.clock.now(), k)
+        when = as_utc(at) if at else self.clock.now()
+        return self.recaller.recall(user_id, question, when, k, threshold)
 
     def profile(self, user_id: str) -> list[ProfileEntry]:
         """The user's lasting preferences."""
@@ -203,9 +314,24 @@ class MemoryService:
         """Delete some of the user's facts by id; raises NotFoundError if one is not theirs."""
         return self.facts.delete(self._user(user_id), fact_ids)
 
-    def sweep(self, now: datetime | None = None, batch: int | None = None) -> int:
-        """Delete every fact whose expiry is before ``now`` (the clock's now by default)."""
-        return self.facts.expire(as_utc(now) if now else self.clock.now(), batch)
+    def sweep(self, now: datetime | None = None, dry_run: bool = False) -> SweepRecord:
+        """Delete every fact whose expiry is before ``now``, shard by shard in paced batches.
+
+        Args:
+            now: the cut-off (the clock's now by default); a fact expiring exactly then is kept.
+            dry_run: only count what is due.
+
+        Returns:
+            The run record (also in the sweep log); its status is partial if a shard failed.
+
+        Raises:
+            ConfigError: the service has no sweep log.
+            SweepBusyError: a sweep is already running.
+            StorageError: the run record could not be logged.
+        """
+        if self.sweeper is None:
+            raise ConfigError("this service has no sweep log: open it with one to sweep")
+        return self.sweeper.run(as_utc(now) if now else self.clock.now(), dry_run=dry_run)
 
     def count_due(self, now: datetime | None = None) -> int:
         """How many facts a sweep at ``now`` would delete."""
@@ -249,4 +375,5 @@ def open_local_service(
     facts = LocalFactStore(settings.storage, settings.limits, embedder.dim, embedder.name)
     profiles = DuckDBProfileStore(settings.storage.data_dir / "profile.duckdb", settings.limits)
     llm = StructuredLLM(engine) if engine is not None else None
-    return MemoryService(settings, embedder, facts, profiles, clock, llm=llm)
+    sweep_log = SweepLog.for_data_dir(settings.storage.data_dir, settings.sweep.log_keep)
+    return MemoryService(settings, embedder, facts, profiles, clock, llm=llm, sweep_log=sweep_log)

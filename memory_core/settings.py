@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tomllib
-from datetime import timedelta
+from datetime import time, timedelta
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from memory_core.errors import ConfigError
@@ -148,6 +150,158 @@ class TTLSettings(BaseModel):
         return getattr(self, tag.value)  # type: ignore[no-any-return]
 
 
+_WINDOW = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)-([01]\d|2[0-3]):([0-5]\d)$")
+
+
+class SweepSettings(BaseModel):
+    """The expiry sweep: how hard it may press on the shards and when the app runs it."""
+
+    batch_size: int = Field(
+        default=2000, ge=1, description="Most facts one shard deletes per call (one fsynced log record)."
+    )
+    pause_seconds: float = Field(
+        default=0.005, ge=0.0, description="Least rest between two batches of one shard, so recall gets in."
+    )
+    duty_cycle: float = Field(
+        default=0.5,
+        gt=0.0,
+        le=1.0,
+        description="Most share of a shard's time the sweep may take: after a batch of t seconds the shard "
+        "rests at least t*(1/duty_cycle-1), so a busy (slow) shard gets longer rests; 1 rests only "
+        "pause_seconds.",
+    )
+    parallel_shards: int = Field(default=2, ge=1, description="Most shards swept at the same time.")
+    retries: int = Field(
+        default=3, ge=0, description="Most consecutive failed calls retried per shard before it is reported."
+    )
+    retry_backoff_seconds: float = Field(
+        default=1.0, ge=0.0, description="Wait before a shard's first retry; doubles with each further one."
+    )
+    schedule_every: timedelta = Field(
+        default=timedelta(hours=1),
+        ge=timedelta(0),
+        description="Period of the app's scheduled sweep, aligned to multiples of it since the Unix epoch "
+        "(hourly: on the hour, UTC); 0 turns the schedule off.",
+    )
+    off_peak: str | None = Field(
+        default=None,
+        description="Local window 'HH:MM-HH:MM' (may wrap midnight, e.g. 22:00-04:00) scheduled sweeps must "
+        "start in; None allows any time.",
+    )
+    off_peak_timezone: str = Field(
+        default="UTC", description="IANA time zone the off_peak window is read in, e.g. Asia/Shanghai."
+    )
+    log_keep: int = Field(default=1000, ge=1, description="Most run records the sweep log keeps.")
+
+    @field_validator("off_peak")
+    @classmethod
+    def _window(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        match = _WINDOW.match(value.strip())
+        if match is None:
+            raise ValueError(f"off_peak must look like 02:00-05:00, got {value!r}")
+        if match[1] == match[3] and match[2] == match[4]:
+            raise ValueError("off_peak window is empty: start equals end")
+        return value.strip()
+
+    @field_validator("off_peak_timezone")
+    @classmethod
+    def _zone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError) as exc:
+            raise ValueError(f"unknown time zone {value!r}") from exc
+        return value
+
+    def off_peak_bounds(self) -> tuple[time, time] | None:
+        """The off-peak window as (start, end) local times, or None when sweeps may start any time."""
+        if self.off_peak is None:
+            return None
+        start, end = self.off_peak.split("-")
+        return time.fromisoformat(start), time.fromisoformat(end)
+
+
+TENANT_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,31}$"
+
+
+class ApiKey(BaseModel):
+    """One API key of the HTTP service, bound to one tenant."""
+
+    key: SecretStr = Field(
+        description="The secret the client sends as 'Authorization: Bearer KEY' (at least 16 chars)."
+    )
+    tenant: str = Field(
+        pattern=TENANT_PATTERN,
+        description="Tenant the key acts for; user ids are namespaced per tenant (lowercase, ≤ 32 chars).",
+    )
+    admin: bool = Field(default=False, description="May run the expiry sweep and read sweep records.")
+
+    @field_validator("key")
+    @classmethod
+    def _long_enough(cls, value: SecretStr) -> SecretStr:
+        if len(value.get_secret_value()) < 16:
+            raise ValueError("an API key needs at least 16 characters")
+        return value
+
+
+class ServeSettings(BaseModel):
+    """The Ray Serve application: HTTP API, deployments, shard actors."""
+
+    host: str = Field(
+        default="0.0.0.0", description="Interface the HTTP API binds to (loopback when local_only)."
+    )
+    port: int = Field(default=8000, ge=1, le=65535, description="Port of the HTTP API.")
+    api_keys: list[ApiKey] = Field(
+        default_factory=list,
+        description="Accepted API keys; with none the server refuses to start unless local_only is set.",
+    )
+    local_only: bool = Field(
+        default=False,
+        description="Serve without API keys, bound to 127.0.0.1 only, as tenant 'local' with admin rights.",
+    )
+    ray_address: str | None = Field(
+        default=None, description="Ray cluster to join ('auto' or ray://host:10001); None starts Ray locally."
+    )
+    namespace: str = Field(
+        default="longmem", description="Ray namespace of the named shard, profile and sweeper actors."
+    )
+    ingress_replicas: int = Field(
+        default=1,
+        ge=1,
+        description="Ingress replicas. Working windows and async ingest jobs live in a replica's memory: "
+        "keep 1 unless clients stick to a replica.",
+    )
+    embedder_replicas: int = Field(default=1, ge=1, description="Embedder deployment replicas.")
+    max_ongoing_requests: int = Field(
+        default=64,
+        ge=1,
+        description="Requests a replica works on at once (Serve's default of 5 caps ~50 rps).",
+    )
+    embed_batch_size: int = Field(
+        default=16, ge=1, description="Most questions the embedder batches into one call."
+    )
+    embed_batch_wait_ms: float = Field(
+        default=2.0, ge=0, description="How long the embedder waits to fill a batch, in milliseconds."
+    )
+    llm_gpus: float = Field(
+        default=0.0,
+        ge=0,
+        description="GPUs reserved for the LLM deployment (1 on a cluster's GPU worker for vLLM).",
+    )
+    shard_resource: str | None = Field(
+        default=None,
+        description="Custom Ray resource shard and profile actors require, to pin them to the nodes holding "
+        "the data dir (see cluster.yaml); None places them anywhere.",
+    )
+    max_turns_per_request: int = Field(default=50, ge=1, description="Most turns in one ingest request.")
+    max_request_bytes: int = Field(default=1 << 20, ge=1024, description="Largest request body accepted.")
+    reply_max_tokens: int = Field(default=256, ge=16, description="Longest chat reply the LLM may write.")
+    call_timeout_s: float = Field(
+        default=30.0, gt=0, description="How long the ingress waits for a shard or profile actor call."
+    )
+
+
 class Settings(BaseSettings):
     """All of longmem's settings."""
 
@@ -163,6 +317,8 @@ class Settings(BaseSettings):
         default_factory=TTLSettings,
         description="Lifetime of a temporary fact by tag, when the fact gives no expiry of its own.",
     )
+    sweep: SweepSettings = Field(default_factory=SweepSettings, description="Expiry sweep and its schedule.")
+    serve: ServeSettings = Field(default_factory=ServeSettings, description="HTTP service on Ray Serve.")
 
 
 def _read_file(path: Path) -> dict[str, Any]:

@@ -67,7 +67,14 @@ def check_structured_llm_counts_calls(engine: LLMEngine) -> None:
     assert llm.stats.calls == 2 and llm.stats.prompt_tokens > 0 and llm.stats.seconds > 0
 
 
+def check_text_reply(engine: LLMEngine) -> None:
+    completion = engine.complete_text(_ask("Say hello to Momo the cat in one short sentence."), max_tokens=24)
+    assert completion.text.strip(), completion
+    assert 0 < completion.completion_tokens <= 24 and completion.prompt_tokens > 0
+
+
 ALL_CHECKS = [
+    check_text_reply,
     check_json_follows_schema,
     check_choice_is_exact,
     check_unicode_round_trip,

@@ -61,6 +61,10 @@ class ScriptedEngine:
     def complete_choice(self, messages: Sequence[ChatMessage], choices: Sequence[str]) -> Completion:
         return self._answer(messages)
 
+    def complete_text(self, messages: Sequence[ChatMessage], max_tokens: int) -> Completion:
+        self.calls.append("reply")
+        return Completion(text="(scripted reply)", prompt_tokens=10, completion_tokens=3)
+
     def close(self) -> None:
         pass
 

@@ -11,6 +11,7 @@ import pytest
 from memory_core.errors import NotFoundError
 from memory_core.models import Role, Tag, Turn
 from memory_core.service import MemoryService, Remember
+from memory_core.settings import Settings
 
 
 def test_sweep_removes_exactly_the_expired_facts(service: MemoryService) -> None:
@@ -27,29 +28,29 @@ def test_sweep_removes_exactly_the_expired_facts(service: MemoryService) -> None
     cutoff = now + timedelta(days=3)
     expected_gone = {f"{u}: {t}" for u in "abc" for t, ttl in plan.items() if ttl and now + ttl < cutoff}
     assert service.count_due(cutoff) == len(expected_gone) == 6
-    assert service.sweep(cutoff) == 6
+    assert service.sweep(cutoff).deleted == 6
     remaining = {f.text for u in "abc" for f in service.list_facts(u)}
     all_texts = {f"{u}: {t}" for u in "abc" for t in plan}
     assert remaining == all_texts - expected_gone
-    assert service.sweep(cutoff) == 0
+    assert service.sweep(cutoff).deleted == 0
 
 
 def test_fact_expiring_exactly_now_is_kept_until_after(service: MemoryService) -> None:
     now = service.clock.now()
     (fact,) = service.remember("u", [Remember("boarding soon", ttl=timedelta(hours=1))])
-    assert service.sweep(now + timedelta(hours=1)) == 0
-    assert service.sweep(now + timedelta(hours=1, microseconds=1)) == 1
+    assert service.sweep(now + timedelta(hours=1)).deleted == 0
+    assert service.sweep(now + timedelta(hours=1, microseconds=1)).deleted == 1
     with pytest.raises(NotFoundError):
         service.get_fact("u", fact.id)
 
 
-def test_sweep_in_bounded_batches(service: MemoryService) -> None:
+def test_sweep_in_bounded_batches(settings: Settings, open_service: Callable[[], MemoryService]) -> None:
+    settings.sweep.batch_size = 10
+    service = open_service()
     service.remember("u", [Remember(f"temp {i}", ttl=timedelta(minutes=i + 1)) for i in range(25)])
-    later = service.clock.now() + timedelta(days=1)
-    sizes = []
-    while deleted := service.sweep(later, batch=10):
-        sizes.append(deleted)
-    assert sum(sizes) == 25 and max(sizes) <= 20  # 2 shards x 10 per call at most
+    record = service.sweep(service.clock.now() + timedelta(days=1))
+    (swept,) = [s for s in record.shards if s.deleted]  # one user: one shard
+    assert record.deleted == swept.deleted == 25 and swept.batches == 3  # 10 + 10 + 5
 
 
 def test_expiry_survives_restart(open_service: Callable[[], MemoryService]) -> None:
@@ -58,7 +59,7 @@ def test_expiry_survives_restart(open_service: Callable[[], MemoryService]) -> N
     later = svc.clock.now() + timedelta(hours=2)
     svc.close()
     again = open_service()
-    assert again.sweep(later) == 1
+    assert again.sweep(later).deleted == 1
     again.close()
     third = open_service()
     assert [f.text for f in third.list_facts("u")] == ["lasting"]

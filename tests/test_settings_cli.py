@@ -99,9 +99,10 @@ def test_cli_remember_recall_forget_sweep(tmp_path: Path) -> None:
     assert hits[0]["text"] == "我对海鲜过敏" and hits[0]["score"] > 0
     assert _cli(data, "recall", "--user", "someone-else", "我有什么过敏？").stdout == ""
 
-    due = _cli(data, "sweep", "--dry-run", "--now", "2999-01-01T00:00:00+00:00")
-    assert json.loads(due.stdout) == {"due": 1}
-    assert json.loads(_cli(data, "sweep", "--now", "2999-01-01T00:00:00+00:00").stdout) == {"deleted": 1}
+    due = json.loads(_cli(data, "sweep", "--dry-run", "--now", "2999-01-01T00:00:00+00:00").stdout)
+    assert (due["due"], due["deleted"], due["status"]) == (1, 0, "ok")
+    swept = json.loads(_cli(data, "sweep", "--now", "2999-01-01T00:00:00+00:00").stdout)
+    assert (swept["deleted"], swept["status"], swept["dry_run"]) == (1, "ok", False)
 
     denied = _cli(data, "forget", "--user", "someone-else", str(fact["id"]))
     assert denied.returncode == 2 and denied.stderr.startswith("error:")

@@ -74,7 +74,7 @@ def test_facts_and_profile_are_routed_and_temporary_facts_expire(
     assert outcome.facts[1].expire_at == svc.clock.now() + svc.settings.temporary_ttl.event
     assert all(f.source_turn_ids == ("s:0",) for f in outcome.facts)
     assert [e.text for e in svc.profile("u")] == ["User wants short answers"]
-    assert svc.sweep(svc.clock.now() + timedelta(days=8)) == 1
+    assert svc.sweep(svc.clock.now() + timedelta(days=8)).deleted == 1
     assert [f.text for f in svc.list_facts("u")] == ["User is a backend engineer who writes Go"]
 
 

@@ -46,6 +46,10 @@ class Embedder(Protocol):
         """Embed a question; returns a (dim,) float32 unit vector."""
         ...
 
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed several questions; returns a (len(texts), dim) float32 matrix of unit rows."""
+        ...
+
 
 def normalize_rows(matrix: np.ndarray) -> np.ndarray:
     """Return ``matrix`` as float32 with each row scaled to unit length (zero rows stay zero)."""

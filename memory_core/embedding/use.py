@@ -32,6 +32,10 @@ class UseEmbedder:
         parts = [self._model.encode(list(texts[i : i + _BATCH])) for i in range(0, len(texts), _BATCH)]
         return normalize_rows(np.vstack(parts))
 
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed several questions at once (the serving embedder batches requests); unit rows."""
+        return normalize_rows(self._model.encode(list(texts)))
+
     def embed_query(self, text: str) -> np.ndarray:
         """Embed one question; returns a unit vector."""
-        return normalize_rows(self._model.encode([text]))[0]
+        return self.embed_queries([text])[0]

@@ -40,7 +40,7 @@ class LocalTarget:
     def advance_and_sweep(self, to: datetime) -> None:
         """Move the clock and sweep expired facts, as the scheduled job would."""
         self._clock.set(to)
-        self._svc.sweep(to)
+        self._svc.sweep(to).raise_for_status()
 
     def llm_usage(self) -> tuple[int, float]:
         """LLM calls and seconds of the service so far."""

@@ -1,7 +1,7 @@
 """The LLM engine boundary: chat messages in, schema-constrained text out.
 
 Engines only generate; parsing and retrying live in :mod:`memory_core.llm.structured`, so a
-new engine (or a test engine) implements two methods.
+new engine (or a test engine) implements three methods.
 """
 
 from __future__ import annotations
@@ -49,6 +49,14 @@ class LLMEngine(Protocol):
 
     def complete_choice(self, messages: Sequence[ChatMessage], choices: Sequence[str]) -> Completion:
         """Generate exactly one of ``choices`` (guided decoding, temperature 0).
+
+        Raises:
+            LLMUnavailableError: the engine cannot run or be reached.
+        """
+        ...
+
+    def complete_text(self, messages: Sequence[ChatMessage], max_tokens: int) -> Completion:
+        """Generate a free-text reply (the chat endpoint's answer), temperature 0.
 
         Raises:
             LLMUnavailableError: the engine cannot run or be reached.

@@ -82,6 +82,10 @@ class LlamaCppEngine:
         longest = max(len(c) for c in choices)
         return self._chat(messages, max_tokens=longest + 4, grammar=grammar)
 
+    def complete_text(self, messages: Sequence[ChatMessage], max_tokens: int) -> Completion:
+        """Generate a free-text reply."""
+        return self._chat(messages, max_tokens)
+
     def close(self) -> None:
         """Free the model."""
         with self._lock:

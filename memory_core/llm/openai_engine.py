@@ -183,16 +183,19 @@ class OpenAIEngine:
     def _unavailable(self, err: _HTTPStatusError) -> LLMUnavailableError:
         return LLMUnavailableError(f"{self._where} answered {err.status}: {err.message}")
 
-    def _complete_schema(
-        self, messages: Sequence[ChatMessage], name: str, schema: dict[str, Any], max_tokens: int
-    ) -> Completion:
-        body: dict[str, Any] = {
+    def _body(self, messages: Sequence[ChatMessage], max_tokens: int) -> dict[str, Any]:
+        return {
             "model": self._model,
             "messages": [m.model_dump() for m in messages],
             "temperature": 0.0,
             "max_tokens": max_tokens,
             "stream": False,
         }
+
+    def _complete_schema(
+        self, messages: Sequence[ChatMessage], name: str, schema: dict[str, Any], max_tokens: int
+    ) -> Completion:
+        body = self._body(messages, max_tokens)
         dialect = self._dialect
         if dialect is not None:
             try:
@@ -248,6 +251,17 @@ class OpenAIEngine:
             prompt_tokens=completion.prompt_tokens,
             completion_tokens=completion.completion_tokens,
         )
+
+    def complete_text(self, messages: Sequence[ChatMessage], max_tokens: int) -> Completion:
+        """Generate a free-text reply.
+
+        Raises:
+            LLMUnavailableError: as for :meth:`complete_json`.
+        """
+        try:
+            return self._post(self._body(messages, max_tokens))
+        except _HTTPStatusError as err:
+            raise self._unavailable(err) from None
 
     def close(self) -> None:
         """Close the connection pool."""

@@ -100,3 +100,14 @@ class StructuredLLM:
             with self._lock:
                 self.stats.invalid_outputs += 1
         raise LLMOutputError("choice", f"expected one of {list(choices)}, got {answer[:100]!r}")
+
+    def reply(self, messages: Sequence[ChatMessage], max_tokens: int) -> Completion:
+        """A free-text answer (no schema), counted like every other call.
+
+        Raises:
+            LLMUnavailableError: the engine failed.
+        """
+        start = time.perf_counter()
+        completion = self.engine.complete_text(messages, max_tokens)
+        self._count(completion, time.perf_counter() - start)
+        return completion

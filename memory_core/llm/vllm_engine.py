@@ -117,6 +117,10 @@ class VLLMEngine:
         longest = max(len(c.encode("utf-8")) for c in choices)
         return self._chat(messages, longest + _CHOICE_SLACK_TOKENS, self._structured(choice=list(choices)))
 
+    def complete_text(self, messages: Sequence[ChatMessage], max_tokens: int) -> Completion:
+        """Generate a free-text reply."""
+        return self._chat(messages, max_tokens, None)
+
     def close(self) -> None:
         """Stop vLLM's engine processes and free the model. Closing twice is harmless."""
         with self._lock:

@@ -90,25 +90,76 @@ def open_manifest(data_dir: Path, shards: int, dim: int, embedder: str) -> None:
     write_atomically(path, lambda h: h.write(json.dumps(wanted).encode()))
 
 
-class LocalFactStore:
-    """All shards of a data dir, open in this process."""
+class ShardHandle(Protocol):
+    """One shard as the store talks to it: a :class:`FactShard` in this process, or a proxy to
+    the actor that owns it (``deployments/``). Methods mean what they mean on FactShard."""
 
-    def __init__(self, storage: StorageSettings, limits: LimitSettings, dim: int, embedder: str) -> None:
-        """Open every shard of ``storage.data_dir`` (creating the layout on first use).
+    def validate(self, new_facts: Sequence[NewFact], vectors: np.ndarray) -> object:
+        """Check a batch without storing it; raises ValidationError."""
+        ...
 
-        Raises:
-            ConfigError: the data dir belongs to other settings.
-            CorruptionError: a shard cannot be recovered without losing acknowledged data.
-        """
-        open_manifest(storage.data_dir, storage.shards, dim, embedder)
-        self.dim = dim
+    def add(self, new_facts: Sequence[NewFact], vectors: np.ndarray) -> list[Fact]:
+        """Store a batch durably."""
+        ...
+
+    def search(self, user_id: str, vector: np.ndarray, k: int, now: datetime) -> list[tuple[Fact, float]]:
+        """Exact top-k search in the user's partition."""
+        ...
+
+    def get(self, user_id: str, fact_id: int) -> Fact:
+        """One of the user's facts."""
+        ...
+
+    def list_user(self, user_id: str, include_superseded: bool = False) -> list[Fact]:
+        """All of the user's facts, oldest first."""
+        ...
+
+    def vectors_of(self, user_id: str, fact_ids: Sequence[int]) -> np.ndarray:
+        """Stored vectors of some of the user's facts."""
+        ...
+
+    def delete(self, user_id: str, fact_ids: Sequence[int]) -> list[int]:
+        """Delete some of the user's facts durably."""
+        ...
+
+    def supersede(self, user_id: str, old_id: int, new_id: int) -> None:
+        """Hide ``old_id`` from recall in favour of ``new_id``."""
+        ...
+
+    def expire(self, now: datetime, limit: int | None = None) -> list[int]:
+        """Delete up to ``limit`` facts expired before ``now``; returns their ids."""
+        ...
+
+    def count_due(self, now: datetime) -> int:
+        """How many facts have expire_at before ``now``."""
+        ...
+
+    def erase_user(self, user_id: str) -> int:
+        """Remove every trace of the user's facts."""
+        ...
+
+    def snapshot(self, purge: bool = False) -> int:
+        """Write a snapshot; returns its sequence number."""
+        ...
+
+    def stats(self) -> dict[str, int]:
+        """Counts for health checks and metrics."""
+        ...
+
+    def close(self) -> None:
+        """Close the log."""
+        ...
+
+
+class ShardedFactStore:
+    """Facts of all users over shards picked by the stable user-id hash."""
+
+    def __init__(self, shards: Sequence[ShardHandle], limits: LimitSettings) -> None:
+        """Route over ``shards`` (their order is the routing order: never reorder a data dir's)."""
         self._limits = limits
-        self.shards = [
-            FactShard(shard_dir(storage.data_dir, i), dim, limits, storage.snapshot_every)
-            for i in range(storage.shards)
-        ]
+        self.shards = list(shards)
 
-    def _shard(self, user_id: str) -> FactShard:
+    def _shard(self, user_id: str) -> ShardHandle:
         return self.shards[shard_of(user_id, len(self.shards))]
 
     def add(self, new_facts: Sequence[NewFact], vectors: np.ndarray) -> list[Fact]:
@@ -200,3 +251,24 @@ class LocalFactStore:
 def shard_dir(data_dir: Path, shard_no: int) -> Path:
     """Directory of shard ``shard_no`` inside a data dir."""
     return data_dir / "facts" / f"shard-{shard_no:04d}"
+
+
+class LocalFactStore(ShardedFactStore):
+    """All shards of a data dir, open in this process."""
+
+    def __init__(self, storage: StorageSettings, limits: LimitSettings, dim: int, embedder: str) -> None:
+        """Open every shard of ``storage.data_dir`` (creating the layout on first use).
+
+        Raises:
+            ConfigError: the data dir belongs to other settings.
+            CorruptionError: a shard cannot be recovered without losing acknowledged data.
+        """
+        open_manifest(storage.data_dir, storage.shards, dim, embedder)
+        self.dim = dim
+        super().__init__(
+            [
+                FactShard(shard_dir(storage.data_dir, i), dim, limits, storage.snapshot_every)
+                for i in range(storage.shards)
+            ],
+            limits,
+        )

@@ -180,6 +180,11 @@ class DuckDBProfileStore:
         except (OSError, duckdb.Error) as exc:
             raise StorageError(f"cannot compact profile store {self.path}: {exc}") from exc
 
+    def ping(self) -> bool:
+        """Whether the database is open and answers a query (health checks)."""
+        with self._lock:
+            return self._run("SELECT 1") == [(1,)]
+
     def close(self) -> None:
         """Checkpoint and close the database."""
         with self._lock:

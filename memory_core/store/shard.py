@@ -388,6 +388,11 @@ class FactShard:
                 "snapshot_failures": self._snapshot_failures,
             }
 
+    def log_writable(self) -> bool:
+        """Whether the open log segment can still be appended to (health checks)."""
+        with self._lock:
+            return self._wal.writable()
+
     def close(self) -> None:
         """Close the log; the shard must not be used afterwards."""
         with self._lock:

@@ -166,6 +166,12 @@ class WalWriter:
             raise StorageError(f"cannot append to {self.path}: {exc}") from exc
         self._size += len(header) + len(body)
 
+    def writable(self) -> bool:
+        """Whether appends can still succeed: the file is open, not broken, and on a writable disk."""
+        if self._broken or self._handle.closed:
+            return False
+        return os.access(self.path, os.W_OK) and os.statvfs(self.path).f_bavail > 0
+
     def _undo(self) -> None:
         """Cut a failed append off, so that a replay never revives an unacknowledged record."""
         try:

@@ -1,0 +1,136 @@
+"""The FastAPI application of HTTP API v1: errors, auth, limits, health and metrics.
+
+Status codes live here only (STYLE.md): the core raises ``LongmemError`` subclasses.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated
+
+from fastapi import Depends, FastAPI, Header, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+
+from deployments.api.auth import AuthError, Principal
+from deployments.api.dto import ErrorOut
+from deployments.api.metrics import CONTENT_TYPE, limit_body
+from deployments.api.runtime import Runtime
+from memory_core.errors import (
+    ConfigError,
+    LLMOutputError,
+    LLMUnavailableError,
+    LongmemError,
+    NotFoundError,
+    StorageError,
+    SweepBusyError,
+    ValidationError,
+)
+
+log = logging.getLogger("longmem.api")
+
+# Most specific first: the first class an error is an instance of decides its status.
+_STATUS: list[tuple[type[LongmemError], int]] = [
+    (ValidationError, 422),
+    (NotFoundError, 404),
+    (SweepBusyError, 409),
+    (LLMOutputError, 502),
+    (LLMUnavailableError, 503),
+    (StorageError, 503),
+    (ConfigError, 500),
+]
+
+
+def status_of(error: LongmemError) -> int:
+    """The HTTP status for a core error."""
+    return next((status for cls, status in _STATUS if isinstance(error, cls)), 500)
+
+
+def _error(status: int, name: str, detail: object) -> JSONResponse:
+    return JSONResponse(ErrorOut(error=name, detail=detail).model_dump(), status_code=status)
+
+
+def create_api(rt: Runtime) -> FastAPI:
+    """The whole HTTP API over one runtime.
+
+    Args:
+        rt: the service and the app's parts (auth, jobs, metrics, sweeps, health).
+
+    Returns:
+        An ASGI app (served by Ray Serve's ingress, or by any ASGI server in-process).
+    """
+    from deployments.api.admin import admin_router
+    from deployments.api.memories import memory_router
+    from deployments.api.openai_compat import openai_router
+
+    api = FastAPI(
+        title="longmem",
+        version="1",
+        description="Long-term memory for AI agents: working window, extracted facts, preference profile.",
+    )
+
+    @api.exception_handler(LongmemError)
+    async def core_error(_: Request, exc: LongmemError) -> JSONResponse:
+        status = status_of(exc)
+        if status >= 500:
+            log.warning("%s: %s", type(exc).__name__, exc)
+        # Another user's (or no one's) memory id gets the same answer as a missing one.
+        detail = (
+            "no such memory or profile entry for this user" if isinstance(exc, NotFoundError) else str(exc)
+        )
+        return _error(status, type(exc).__name__, detail)
+
+    @api.exception_handler(AuthError)
+    async def auth_error(_: Request, exc: AuthError) -> JSONResponse:
+        response = _error(exc.status, "AuthError", str(exc))
+        if exc.status == 401:
+            response.headers["WWW-Authenticate"] = "Bearer"
+        return response
+
+    @api.exception_handler(RequestValidationError)
+    async def bad_request(_: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", "")} for e in exc.errors()]
+        return _error(422, "ValidationError", errors)
+
+    @api.get("/healthz", tags=["ops"])
+    def healthz() -> JSONResponse:
+        """Shards (index loaded, log writable), profile store (DuckDB open), embedder and LLM reachable."""
+        report = rt.health()
+        return JSONResponse(report, status_code=200 if report["ok"] else 503)
+
+    @api.get("/metrics", tags=["ops"])
+    def metrics() -> Response:
+        """Prometheus metrics."""
+        if rt.service.llm is not None:
+            rt.metrics.llm_calls.set(rt.service.llm.stats.calls)
+            rt.metrics.llm_seconds.set(rt.service.llm.stats.seconds)
+        return Response(rt.metrics.render(), media_type=CONTENT_TYPE)
+
+    api.include_router(memory_router(rt))
+    api.include_router(openai_router(rt))
+    api.include_router(admin_router(rt))
+    api.add_middleware(_Wrap, wrap=rt.metrics.middleware)
+    api.add_middleware(_Wrap, wrap=lambda app: limit_body(app, rt.settings.serve.max_request_bytes))
+    return api
+
+
+class _Wrap:
+    """Adapts a function ``app -> app`` to Starlette's middleware class protocol."""
+
+    def __init__(self, app, wrap) -> None:  # type: ignore[no-untyped-def]
+        self._app = wrap(app)
+
+    async def __call__(self, scope, receive, send) -> None:  # type: ignore[no-untyped-def]
+        await self._app(scope, receive, send)
+
+
+def principal_dependency(rt: Runtime):  # type: ignore[no-untyped-def]
+    """A FastAPI dependency resolving the caller from the request headers (fails closed)."""
+
+    def caller(
+        authorization: Annotated[str | None, Header()] = None,
+        x_api_key: Annotated[str | None, Header()] = None,
+    ) -> Principal:
+        return rt.auth.authenticate(authorization, x_api_key)
+
+    return Depends(caller)

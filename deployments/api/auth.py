@@ -1,0 +1,104 @@
+"""API keys → tenants; user ids namespaced per tenant. Fails closed: no key, no access."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from dataclasses import dataclass
+
+from memory_core.errors import ConfigError, InvalidUserIdError
+from memory_core.settings import ServeSettings
+from memory_core.validation import check_user_id
+
+LOCAL_TENANT = "local"
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling."""
+
+    tenant: str
+    admin: bool
+
+
+class AuthError(Exception):
+    """Missing or unknown API key (HTTP 401), or an admin call without admin rights (403)."""
+
+    def __init__(self, message: str, status: int = 401) -> None:
+        self.status = status
+        super().__init__(message)
+
+
+def _digest(key: str) -> bytes:
+    return hashlib.sha256(key.encode("utf-8")).digest()
+
+
+class Authenticator:
+    """Checks ``Authorization: Bearer KEY`` (or ``X-API-Key``) against the configured keys."""
+
+    def __init__(self, settings: ServeSettings) -> None:
+        """Index the keys by digest.
+
+        Raises:
+            ConfigError: no key is configured and local_only is off, or one key is given twice.
+        """
+        self._local_only = settings.local_only
+        if not settings.api_keys and not settings.local_only:
+            raise ConfigError(
+                'no API keys configured: set serve.api_keys (LONGMEM_SERVE__API_KEYS=\'[{"key": ..., '
+                '"tenant": ...}]\') or start with --local-only to serve on 127.0.0.1 without keys'
+            )
+        self._keys: dict[bytes, Principal] = {}
+        for entry in settings.api_keys:
+            digest = _digest(entry.key.get_secret_value())
+            if digest in self._keys:
+                raise ConfigError(
+                    f"an API key is configured twice (tenants {self._keys[digest].tenant!r}, "
+                    f"{entry.tenant!r})"
+                )
+            self._keys[digest] = Principal(entry.tenant, entry.admin)
+
+    def authenticate(self, authorization: str | None, api_key: str | None) -> Principal:
+        """The caller behind the request's headers.
+
+        Raises:
+            AuthError: no key, or a key that is not configured.
+        """
+        key = api_key
+        if authorization:
+            scheme, _, token = authorization.partition(" ")
+            if scheme.lower() != "bearer" or not token.strip():
+                raise AuthError("Authorization must be 'Bearer <API key>'")
+            key = token.strip()
+        if not key:
+            if self._local_only:
+                return Principal(LOCAL_TENANT, admin=True)
+            raise AuthError("missing API key: send 'Authorization: Bearer <key>'")
+        digest = _digest(key)
+        # Compare against every key, so the time taken says nothing about which prefix matched.
+        found = None
+        for known, principal in self._keys.items():
+            if hmac.compare_digest(known, digest):
+                found = principal
+        if found is None:
+            if self._local_only and not self._keys:
+                return Principal(LOCAL_TENANT, admin=True)
+            raise AuthError("unknown API key")
+        return found
+
+
+def namespaced(principal: Principal, user_id: str, max_chars: int) -> str:
+    """The stored user id of a tenant's user: ``tenant:user``.
+
+    Tenant names cannot hold ``:``, so the first colon always ends the tenant, and no tenant
+    can name another tenant's user.
+
+    Raises:
+        InvalidUserIdError: the user id is invalid or too long once prefixed.
+    """
+    room = max_chars - len(principal.tenant) - 1
+    try:
+        check_user_id(user_id, room)
+    except InvalidUserIdError as exc:
+        raise InvalidUserIdError(user_id, exc.reason) from None
+    return f"{principal.tenant}:{user_id}"

@@ -1,0 +1,289 @@
+"""Request and response bodies of HTTP API v1 (their JSON schemas are the OpenAPI document)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from memory_core.models import Fact, ProfileEntry, RecallHit, Role, Tag
+from memory_core.service import EraseReceipt
+from memory_core.write.forget import ForgetResult
+from memory_core.write.pipeline import TurnOutcome
+
+# Ids are 63-bit integers: sent as strings, since JavaScript clients lose digits past 2**53.
+MemoryId = str
+
+
+class TurnIn(BaseModel):
+    """One conversation turn."""
+
+    role: Role = Field(description="user or assistant.")
+    content: str = Field(min_length=1, description="What was said.")
+    at: datetime | None = Field(
+        default=None, description="When it was said (ISO 8601); the request's at by default."
+    )
+    turn_id: str = Field(
+        default="", max_length=200, description="Your id of the turn, kept as the memory's source."
+    )
+
+
+class IngestIn(BaseModel):
+    """Turns to feed through the write path."""
+
+    session_id: str = Field(
+        default="default", min_length=1, max_length=200, description="Conversation session."
+    )
+    turns: list[TurnIn] = Field(min_length=1, description="Turns in order.")
+    at: datetime | None = Field(
+        default=None, description="When the turns were said; the server's now by default."
+    )
+    wait: bool = Field(
+        default=True,
+        description="true: answer when the memories are written; false: answer 202 with a job id.",
+    )
+
+
+class FactOut(BaseModel):
+    """A stored memory."""
+
+    id: MemoryId = Field(description="Memory id (a decimal string).")
+    text: str = Field(description="The memory, in the user's language.")
+    tag: Tag = Field(description="identity / preference / requirement / event / other.")
+    created_at: datetime = Field(description="When it was said.")
+    expire_at: datetime | None = Field(description="When a temporary memory expires; null for lasting ones.")
+    source_turn_ids: list[str] = Field(description="Turns it came from.")
+    superseded_by: MemoryId | None = Field(description="Id of the memory that replaced it, if any.")
+
+    @classmethod
+    def of(cls, fact: Fact) -> FactOut:
+        """From a stored fact (the tenant prefix of its owner is not shown)."""
+        return cls(
+            id=str(fact.id),
+            text=fact.text,
+            tag=fact.tag,
+            created_at=fact.created_at,
+            expire_at=fact.expire_at,
+            source_turn_ids=list(fact.source_turn_ids),
+            superseded_by=str(fact.superseded_by) if fact.superseded_by is not None else None,
+        )
+
+
+class HitOut(FactOut):
+    """A recalled memory with its score."""
+
+    score: float = Field(description="Ranking score (cosine, plus lexical when enabled).")
+
+    @classmethod
+    def of_hit(cls, hit: RecallHit) -> HitOut:
+        """From a recall hit."""
+        return cls(**FactOut.of(hit.fact).model_dump(), score=round(hit.score, 4))
+
+
+class ProfileOut(BaseModel):
+    """A lasting preference."""
+
+    key: str = Field(description="Stable key within the user's profile.")
+    text: str = Field(description="The preference.")
+    source: str = Field(description="Where it came from.")
+    updated_at: datetime = Field(description="Last written.")
+
+    @classmethod
+    def of(cls, entry: ProfileEntry) -> ProfileOut:
+        """From a profile entry."""
+        return cls(key=entry.key, text=entry.text, source=entry.source, updated_at=entry.updated_at)
+
+
+class TurnResult(BaseModel):
+    """What the write path did with one user turn."""
+
+    turn_id: str
+    skipped: str | None = Field(description="Why nothing was considered (pre-filter reason, judge, error).")
+    memories: list[FactOut] = Field(description="Memories written.")
+    profile_entries: int
+    duplicates: int
+    superseded: list[MemoryId]
+    forgotten: list[MemoryId] = Field(description="Memories a forget request in this turn deleted.")
+    error: str | None
+
+    @classmethod
+    def of(cls, outcome: TurnOutcome) -> TurnResult:
+        """From a write-path outcome."""
+        forgotten = outcome.forgotten.facts if outcome.forgotten else []
+        return cls(
+            turn_id=outcome.turn_id,
+            skipped=outcome.skipped,
+            memories=[FactOut.of(f) for f in outcome.facts],
+            profile_entries=outcome.profile_entries,
+            duplicates=outcome.duplicates,
+            superseded=[str(i) for i in outcome.superseded],
+            forgotten=[str(f.id) for f in forgotten],
+            error=outcome.error,
+        )
+
+
+class JobOut(BaseModel):
+    """An ingest job run after the answer (async ingest, or the write after a chat reply)."""
+
+    job_id: str
+    status: Literal["queued", "running", "done", "failed", "cancelled"]
+    results: list[TurnResult] = Field(default_factory=list, description="Per user turn, once done.")
+    error: str | None = None
+
+
+class IngestOut(BaseModel):
+    """Synchronous ingest result."""
+
+    results: list[TurnResult]
+
+
+class RememberItem(BaseModel):
+    """A memory stored as given, without the LLM."""
+
+    text: str = Field(min_length=1)
+    tag: Tag = Tag.OTHER
+    ttl_seconds: float | None = Field(default=None, gt=0, description="Makes it temporary.")
+    expire_at: datetime | None = Field(default=None, description="Makes it temporary.")
+    source_turn_ids: list[str] = Field(default_factory=list, max_length=50)
+
+
+class RememberIn(BaseModel):
+    """Memories to store directly."""
+
+    memories: list[RememberItem] = Field(min_length=1)
+    at: datetime | None = None
+
+
+class MemoriesOut(BaseModel):
+    """A list of memories."""
+
+    memories: list[FactOut]
+
+
+class RecallIn(BaseModel):
+    """A recall question."""
+
+    query: str = Field(min_length=1)
+    k: int | None = Field(default=None, ge=1, le=50, description="Most memories (server default 5).")
+    threshold: float | None = Field(
+        default=None, ge=-1, le=2, description="Least score (embedder's default)."
+    )
+    at: datetime | None = Field(default=None, description="Recall as of this time; now by default.")
+
+
+class RecallOut(BaseModel):
+    """What the prompt builder gets for a question: memories and the whole profile."""
+
+    memories: list[HitOut]
+    profile: list[ProfileOut]
+
+
+class PromptIn(BaseModel):
+    """A question to build a prompt for."""
+
+    query: str = Field(min_length=1)
+    session_id: str = Field(default="default", min_length=1, max_length=200)
+    k: int | None = Field(default=None, ge=1, le=50)
+
+
+class PromptOut(BaseModel):
+    """The prompt text, memories quoted as data."""
+
+    prompt: str
+
+
+class ChatIn(BaseModel):
+    """One user message of an agent conversation."""
+
+    message: str = Field(min_length=1)
+    session_id: str = Field(default="default", min_length=1, max_length=200)
+    k: int | None = Field(default=None, ge=1, le=50)
+
+
+class ChatOut(BaseModel):
+    """The reply, what it was built from, and the job writing memories from the message."""
+
+    reply: str
+    memories: list[HitOut]
+    profile: list[ProfileOut]
+    write_job_id: str = Field(description="Poll GET /v1/jobs/{id}: the memory write runs after the reply.")
+
+
+class ForgetIn(BaseModel):
+    """A forget request in the user's words."""
+
+    utterance: str = Field(min_length=1)
+    at: datetime | None = None
+
+
+class ForgetOut(BaseModel):
+    """What was forgotten."""
+
+    target: str
+    memories: list[FactOut]
+    profile_keys: list[str]
+    reply: str
+
+    @classmethod
+    def of(cls, result: ForgetResult) -> ForgetOut:
+        """From a forget result."""
+        return cls(
+            target=result.target,
+            memories=[FactOut.of(f) for f in result.facts],
+            profile_keys=[e.key for e in result.profile_entries],
+            reply=result.reply,
+        )
+
+
+class ProfileIn(BaseModel):
+    """A preference to add or replace."""
+
+    text: str = Field(min_length=1)
+
+
+class ProfileListOut(BaseModel):
+    """The user's profile."""
+
+    profile: list[ProfileOut]
+
+
+class EraseOut(BaseModel):
+    """Receipt of a user's erasure."""
+
+    user_id: str
+    memories: int
+    profile_entries: int
+    working_turns: int
+
+    @classmethod
+    def of(cls, user_id: str, receipt: EraseReceipt) -> EraseOut:
+        """From the service's receipt, under the caller's own user id."""
+        return cls(
+            user_id=user_id,
+            memories=receipt.facts,
+            profile_entries=receipt.profile_entries,
+            working_turns=receipt.working_turns,
+        )
+
+
+class DeletedOut(BaseModel):
+    """Ids deleted."""
+
+    deleted: list[str]
+
+
+class SweepIn(BaseModel):
+    """An expiry sweep request (admin)."""
+
+    now: datetime | None = Field(
+        default=None, description="Cut-off: facts expiring before it go; now by default."
+    )
+    dry_run: bool = Field(default=False, description="Only count what would go.")
+
+
+class ErrorOut(BaseModel):
+    """Every error answer."""
+
+    error: str = Field(description="Error class, e.g. ValidationError.")
+    detail: Any = Field(description="What was wrong.")

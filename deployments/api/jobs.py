@@ -1,0 +1,94 @@
+"""Memory writes that run after the answer: async ingest and the write after a chat reply."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from memory_core.errors import LongmemError
+from memory_core.write.pipeline import TurnOutcome
+
+log = logging.getLogger("longmem.jobs")
+
+
+@dataclass
+class Job:
+    """One queued write."""
+
+    job_id: str
+    tenant: str
+    user_id: str
+    status: str = "queued"
+    outcomes: list[TurnOutcome] = field(default_factory=list)
+    error: str | None = None
+
+
+class JobQueue:
+    """Runs writes one at a time, in order (the LLM serialises them anyway, and order keeps
+    "update" resolution right); remembers the last ``keep`` jobs for polling.
+
+    Jobs live in this replica's memory: a restart loses queued writes that were never
+    acknowledged as done (their turns were only acknowledged as received).
+    """
+
+    def __init__(self, keep: int = 10_000) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="longmem-write")
+        self._jobs: OrderedDict[str, Job] = OrderedDict()
+        self._keep = keep
+        self._lock = threading.Lock()
+
+    def submit(self, tenant: str, user_id: str, work: Callable[[], list[TurnOutcome]]) -> Job:
+        """Queue ``work`` writing memories of ``user_id``; returns the job to poll."""
+        job = Job(job_id=secrets.token_hex(12), tenant=tenant, user_id=user_id)
+        with self._lock:
+            self._jobs[job.job_id] = job
+            while len(self._jobs) > self._keep:
+                self._jobs.popitem(last=False)
+        self._pool.submit(self._run, job, work)
+        return job
+
+    def _run(self, job: Job, work: Callable[[], list[TurnOutcome]]) -> None:
+        with self._lock:
+            if job.status == "cancelled":
+                return
+            job.status = "running"
+        try:
+            job.outcomes = work()
+            job.status = "done"
+        except LongmemError as exc:
+            job.status, job.error = "failed", f"{type(exc).__name__}: {exc}"
+            log.warning("write job %s failed: %s", job.job_id, job.error)
+        except Exception as exc:  # a bug or a dead actor: the job must still end, as failed
+            job.status, job.error = "failed", f"internal error: {type(exc).__name__}"
+            log.exception("write job %s failed", job.job_id)
+
+    def get(self, tenant: str, job_id: str) -> Job | None:
+        """A job of ``tenant`` (another tenant's job id is unknown to it)."""
+        with self._lock:
+            job = self._jobs.get(job_id)
+        return job if job is not None and job.tenant == tenant else None
+
+    def cancel_user(self, user_id: str) -> int:
+        """Drop the user's queued writes and wait for a running one (before erasing the user, so
+        no write lands after the erasure). Returns how many were cancelled."""
+        with self._lock:
+            queued = [j for j in self._jobs.values() if j.user_id == user_id and j.status == "queued"]
+            for job in queued:
+                job.status, job.error = "cancelled", "the user was erased"
+        # The single writer runs jobs in order: an empty job queued now runs after the current one.
+        self._pool.submit(lambda: None).result()
+        return len(queued)
+
+    def pending(self) -> int:
+        """Jobs not finished yet."""
+        with self._lock:
+            return sum(job.status in ("queued", "running") for job in self._jobs.values())
+
+    def close(self) -> None:
+        """Finish the queued writes, then stop."""
+        self._pool.shutdown(wait=True)

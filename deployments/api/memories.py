@@ -1,0 +1,191 @@
+"""Per-user routes: ingest, recall, prompt, chat, memories, forget, profile, erase, jobs."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from fastapi import APIRouter, Query
+from fastapi.responses import JSONResponse
+
+from deployments.api.app import principal_dependency
+from deployments.api.auth import Principal
+from deployments.api.dto import (
+    ChatIn,
+    ChatOut,
+    DeletedOut,
+    EraseOut,
+    FactOut,
+    ForgetIn,
+    ForgetOut,
+    HitOut,
+    IngestIn,
+    IngestOut,
+    JobOut,
+    MemoriesOut,
+    ProfileIn,
+    ProfileListOut,
+    ProfileOut,
+    PromptIn,
+    PromptOut,
+    RecallIn,
+    RecallOut,
+    RememberIn,
+    TurnResult,
+)
+from deployments.api.runtime import Runtime
+from memory_core.errors import NotFoundError, ValidationError
+from memory_core.models import Turn
+from memory_core.service import Remember
+
+
+def _memory_id(raw: str, user: str) -> int:
+    if not raw.isdigit() or len(raw) > 19:
+        raise NotFoundError(user, [raw])
+    return int(raw)
+
+
+def _job_out(rt: Runtime, principal: Principal, job_id: str) -> JobOut:
+    job = rt.jobs.get(principal.tenant, job_id)
+    if job is None:
+        raise NotFoundError(principal.tenant, [job_id])
+    return JobOut(
+        job_id=job.job_id,
+        status=job.status,  # type: ignore[arg-type]
+        results=[TurnResult.of(o) for o in job.outcomes],
+        error=job.error,
+    )
+
+
+def memory_router(rt: Runtime) -> APIRouter:
+    """Routes under ``/v1/users/{user_id}`` and ``/v1/jobs``."""
+    router = APIRouter(prefix="/v1", tags=["memory"])
+    caller = principal_dependency(rt)
+    svc = rt.service
+    limits = rt.settings.serve
+
+    @router.post("/users/{user_id}/turns", response_model=IngestOut, responses={202: {"model": JobOut}})
+    def ingest(user_id: str, body: IngestIn, principal: Principal = caller) -> object:
+        """Feed turns through the write path: working window, judge, extraction, resolution, writes."""
+        user = rt.user(principal, user_id)
+        if len(body.turns) > limits.max_turns_per_request:
+            raise ValidationError(
+                f"{len(body.turns)} turns in one request, limit is {limits.max_turns_per_request}"
+            )
+        turns = [
+            Turn(role=t.role, content=t.content, at=t.at or body.at, turn_id=t.turn_id) for t in body.turns
+        ]
+        if body.wait:
+            return IngestOut(
+                results=[TurnResult.of(o) for o in svc.ingest(user, body.session_id, turns, body.at)]
+            )
+        # Checked and in the working window now, so a bad request fails here and not in the job.
+        svc.accept_turns(user, body.session_id, turns)
+        job = rt.jobs.submit(principal.tenant, user, lambda: svc.write_turns(user, turns, body.at))
+        return JSONResponse(JobOut(job_id=job.job_id, status="queued").model_dump(), status_code=202)
+
+    @router.get("/jobs/{job_id}", response_model=JobOut)
+    def job(job_id: str, principal: Principal = caller) -> JobOut:
+        """State of an async ingest or post-reply write job."""
+        return _job_out(rt, principal, job_id)
+
+    @router.post("/users/{user_id}/recall", response_model=RecallOut)
+    def recall(user_id: str, body: RecallIn, principal: Principal = caller) -> RecallOut:
+        """The memories that matter for a question, and the profile."""
+        user = rt.user(principal, user_id)
+        hits = svc.recall(user, body.query, body.k, body.threshold, body.at)
+        return RecallOut(
+            memories=[HitOut.of_hit(h) for h in hits], profile=[ProfileOut.of(e) for e in svc.profile(user)]
+        )
+
+    @router.post("/users/{user_id}/prompt", response_model=PromptOut)
+    def prompt(user_id: str, body: PromptIn, principal: Principal = caller) -> PromptOut:
+        """The prompt an agent should send: rules, profile, memories, working window, question."""
+        return PromptOut(
+            prompt=svc.build_prompt(rt.user(principal, user_id), body.session_id, body.query, body.k)
+        )
+
+    @router.post("/users/{user_id}/chat", response_model=ChatOut)
+    def chat(user_id: str, body: ChatIn, principal: Principal = caller) -> ChatOut:
+        """One full agent turn; the memory write from the message runs after the reply."""
+        user = rt.user(principal, user_id)
+        answer = svc.chat(user, body.session_id, body.message, body.k, max_tokens=limits.reply_max_tokens)
+        job = rt.jobs.submit(principal.tenant, user, lambda: svc.write_turns(user, answer.turns))
+        return ChatOut(
+            reply=answer.reply,
+            memories=[HitOut.of_hit(h) for h in answer.hits],
+            profile=[ProfileOut.of(e) for e in answer.profile],
+            write_job_id=job.job_id,
+        )
+
+    @router.post("/users/{user_id}/memories", response_model=MemoriesOut, status_code=201)
+    def remember(user_id: str, body: RememberIn, principal: Principal = caller) -> MemoriesOut:
+        """Store memories as given (no LLM), durably, as one batch."""
+        user = rt.user(principal, user_id)
+        items = [
+            Remember(
+                text=m.text,
+                tag=m.tag,
+                ttl=timedelta(seconds=m.ttl_seconds) if m.ttl_seconds else None,
+                expire_at=m.expire_at,
+                source_turn_ids=tuple(m.source_turn_ids),
+            )
+            for m in body.memories
+        ]
+        return MemoriesOut(memories=[FactOut.of(f) for f in svc.remember(user, items, at=body.at)])
+
+    @router.get("/users/{user_id}/memories", response_model=MemoriesOut)
+    def list_memories(
+        user_id: str, include_superseded: bool = Query(False), principal: Principal = caller
+    ) -> MemoriesOut:
+        """Every memory of the user, oldest first."""
+        facts = svc.list_facts(rt.user(principal, user_id), include_superseded)
+        return MemoriesOut(memories=[FactOut.of(f) for f in facts])
+
+    @router.get("/users/{user_id}/memories/{memory_id}", response_model=FactOut)
+    def get_memory(user_id: str, memory_id: str, principal: Principal = caller) -> FactOut:
+        """One memory (404 for any id that is not this user's)."""
+        user = rt.user(principal, user_id)
+        return FactOut.of(svc.get_fact(user, _memory_id(memory_id, user)))
+
+    @router.delete("/users/{user_id}/memories/{memory_id}", response_model=DeletedOut)
+    def delete_memory(user_id: str, memory_id: str, principal: Principal = caller) -> DeletedOut:
+        """Delete one memory, durably."""
+        user = rt.user(principal, user_id)
+        return DeletedOut(deleted=[str(i) for i in svc.forget_ids(user, [_memory_id(memory_id, user)])])
+
+    @router.post("/users/{user_id}/forget", response_model=ForgetOut)
+    def forget(user_id: str, body: ForgetIn, principal: Principal = caller) -> ForgetOut:
+        """Forget what the user names in their own words ("forget my home address")."""
+        return ForgetOut.of(svc.forget(rt.user(principal, user_id), body.utterance, body.at))
+
+    @router.get("/users/{user_id}/profile", response_model=ProfileListOut)
+    def get_profile(user_id: str, principal: Principal = caller) -> ProfileListOut:
+        """The user's lasting preferences."""
+        return ProfileListOut(profile=[ProfileOut.of(e) for e in svc.profile(rt.user(principal, user_id))])
+
+    @router.post("/users/{user_id}/profile", response_model=ProfileOut, status_code=201)
+    def add_preference(user_id: str, body: ProfileIn, principal: Principal = caller) -> ProfileOut:
+        """Add a preference (its key is derived from the text: saying it twice is one entry)."""
+        return ProfileOut.of(svc.set_preference(rt.user(principal, user_id), body.text, source="api"))
+
+    @router.put("/users/{user_id}/profile/{key}", response_model=ProfileOut)
+    def set_preference(user_id: str, key: str, body: ProfileIn, principal: Principal = caller) -> ProfileOut:
+        """Add or replace the preference under ``key``."""
+        return ProfileOut.of(
+            svc.set_preference(rt.user(principal, user_id), body.text, source="api", key=key)
+        )
+
+    @router.delete("/users/{user_id}/profile/{key}", response_model=DeletedOut)
+    def delete_preference(user_id: str, key: str, principal: Principal = caller) -> DeletedOut:
+        """Delete one preference."""
+        svc.delete_preference(rt.user(principal, user_id), key)
+        return DeletedOut(deleted=[key])
+
+    @router.delete("/users/{user_id}", response_model=EraseOut)
+    def erase(user_id: str, principal: Principal = caller) -> EraseOut:
+        """Erase every trace of the user: memories and their files, profile, working windows."""
+        user = rt.user(principal, user_id)
+        rt.jobs.cancel_user(user)
+        return EraseOut.of(user_id, svc.erase(user))
+
+    return router

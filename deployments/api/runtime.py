@@ -1,0 +1,44 @@
+"""What the HTTP API works on: the memory service over the deployments, and the app's own parts."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+from deployments.api.auth import Authenticator, Principal, namespaced
+from deployments.api.jobs import JobQueue
+from deployments.api.metrics import Metrics
+from memory_core.service import MemoryService
+from memory_core.settings import Settings
+from memory_core.sweep import SweepRecord
+
+
+class SweepControl(Protocol):
+    """Runs and lists expiry sweeps (the sweeper actor under Serve, a local runner in-process)."""
+
+    def run(self, now: datetime, dry_run: bool) -> SweepRecord:
+        """One sweep at cut-off ``now``; raises SweepBusyError while another runs."""
+        ...
+
+    def list(self, limit: int) -> list[SweepRecord]:
+        """The newest run records."""
+        ...
+
+
+@dataclass
+class Runtime:
+    """One ingress replica's state."""
+
+    settings: Settings
+    service: MemoryService
+    auth: Authenticator
+    jobs: JobQueue
+    metrics: Metrics
+    sweeps: SweepControl
+    health: Callable[[], dict[str, Any]]
+
+    def user(self, principal: Principal, user_id: str) -> str:
+        """The stored id of the caller's user."""
+        return namespaced(principal, user_id, self.settings.limits.max_user_id_chars)

@@ -1,0 +1,114 @@
+"""The longmem Serve application: build it from settings, run it on this machine, stop it cleanly.
+
+On a cluster: ``serve run deployments.app:app_builder config=/path/settings.toml`` (see README).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import ray
+from ray import serve
+from ray.serve import Application
+
+from deployments.embedder import EmbedderDeployment
+from deployments.ingress import Ingress
+from deployments.llm import LLMDeployment
+from deployments.stores import stop_stores
+from deployments.sweeper import SWEEPER_ACTOR_NAME
+from memory_core.settings import Settings, load_settings
+
+APP_NAME = "longmem"
+
+
+def build_app(settings: Settings) -> Application:
+    """Ingress over embedder and LLM deployments (shard, profile and sweeper actors are created
+    by the ingress on first start and found by name afterwards)."""
+    serve_cfg = settings.serve
+    # Two cores cannot give every replica a whole CPU (DESIGN.md): every replica asks for none.
+    cpu0 = {"num_cpus": 0}
+    embedder = EmbedderDeployment.options(
+        num_replicas=serve_cfg.embedder_replicas,
+        max_ongoing_requests=serve_cfg.max_ongoing_requests,
+        ray_actor_options=cpu0,
+    ).bind(settings.embedder, serve_cfg.embed_batch_size, serve_cfg.embed_batch_wait_ms)
+    llm = LLMDeployment.options(
+        num_replicas=1,
+        max_ongoing_requests=serve_cfg.max_ongoing_requests,
+        ray_actor_options={**cpu0, "num_gpus": serve_cfg.llm_gpus},
+    ).bind(settings.llm)
+    return Ingress.options(
+        num_replicas=serve_cfg.ingress_replicas,
+        max_ongoing_requests=serve_cfg.max_ongoing_requests,
+        ray_actor_options=cpu0,
+    ).bind(settings, embedder, llm)
+
+
+def app_builder(args: dict[str, str]) -> Application:
+    """Entry for ``serve run`` / ``serve deploy``: ``config=FILE`` names the settings file."""
+    return build_app(load_settings(Path(args["config"]) if "config" in args else None))
+
+
+@dataclass(frozen=True)
+class RunningApp:
+    """A started app."""
+
+    url: str
+    seconds_to_ready: float
+
+
+def bind_host(settings: Settings) -> str:
+    """The interface to listen on: loopback whenever the server runs without API keys."""
+    return "127.0.0.1" if settings.serve.local_only else settings.serve.host
+
+
+def start(settings: Settings) -> RunningApp:
+    """Start Ray (or join ``serve.ray_address``), Serve, and the app; returns when it answers.
+
+    Raises:
+        ConfigError: no API key and not local-only (checked before anything starts).
+    """
+    from deployments.api.auth import Authenticator
+
+    Authenticator(settings.serve)  # fail closed before spending seconds on Ray
+    began = time.perf_counter()
+    if not ray.is_initialized():
+        ray.init(
+            address=settings.serve.ray_address,
+            namespace=settings.serve.namespace,
+            include_dashboard=False,
+            log_to_driver=False,
+        )
+    host = bind_host(settings)
+    serve.start(http_options={"host": host, "port": settings.serve.port})
+    serve.run(build_app(settings), name=APP_NAME, route_prefix="/")
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+    return RunningApp(
+        url=f"http://{shown}:{settings.serve.port}", seconds_to_ready=time.perf_counter() - began
+    )
+
+
+def stop(settings: Settings, shutdown_ray: bool = True) -> list[str]:
+    """Drain queued memory writes, stop the app, close every store's files, stop the sweeper.
+
+    Returns:
+        Problems met while closing stores.
+    """
+    try:
+        serve.get_app_handle(APP_NAME).drain.remote().result()
+    except (ray.exceptions.RayError, serve.exceptions.RayServeException, KeyError, ValueError):
+        pass  # the app is not running: nothing queued
+    try:
+        sweeper = ray.get_actor(SWEEPER_ACTOR_NAME, namespace=settings.serve.namespace)
+        ray.get(sweeper.stop.remote())
+        ray.kill(sweeper, no_restart=True)
+    except ValueError:
+        pass  # never started
+    serve.delete(APP_NAME)
+    problems = stop_stores(settings)
+    if shutdown_ray:
+        serve.shutdown()
+        ray.shutdown()
+    return problems

@@ -1,0 +1,285 @@
+"""Fact-shard and profile-store actors, and the clients the ingress and jobs use to reach them.
+
+Each actor owns its files (one shard directory, or the DuckDB profile file, which allows one
+read-write process). They are named, detached and restarted by Ray when they die: the
+constructor reopens the files, so a restarted actor serves every acknowledged write.
+Routing is by the stable user-id hash (``memory_core.routing``), never by Serve's replica
+choice: shard ``i`` is always the actor named ``longmem-shard-000i``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import ray
+from ray.actor import ActorHandle
+from ray.exceptions import GetTimeoutError, RayActorError
+
+from memory_core.errors import LongmemError, StorageError
+from memory_core.models import Fact, NewFact, ProfileEntry
+from memory_core.settings import LimitSettings, Settings
+from memory_core.store.facts import ShardedFactStore, open_manifest, shard_dir
+from memory_core.store.profile import DuckDBProfileStore
+from memory_core.store.shard import FactShard
+
+# Calls the clients may repeat after an actor restart: they change nothing.
+_READS = frozenset({"search", "get", "list_user", "vectors_of", "count_due", "stats", "health", "validate"})
+_SHARD_CALLS = _READS | {"add", "delete", "supersede", "expire", "erase_user", "snapshot", "close"}
+_PROFILE_CALLS = frozenset({"get", "upsert", "delete", "erase_user", "close", "health"})
+_RETRY_PAUSE_S = 0.25
+
+
+def shard_actor_name(shard_no: int) -> str:
+    """The Ray name of shard ``shard_no``'s actor."""
+    return f"longmem-shard-{shard_no:04d}"
+
+
+PROFILE_ACTOR_NAME = "longmem-profile"
+
+
+class _Owner:
+    """Runs allowed calls on the object it owns; longmem errors travel back as values."""
+
+    _allowed: frozenset[str]
+    _target: Any
+
+    def invoke(self, method: str, *args: Any) -> tuple[bool, Any]:
+        """Call ``method`` on the owned store.
+
+        Returns:
+            (True, result) or (False, the LongmemError it raised), so the caller re-raises the
+            domain error itself rather than Ray's wrapper.
+        """
+        if method not in self._allowed:
+            raise AttributeError(f"{method} is not callable on {type(self).__name__}")
+        target = self if method == "health" else self._target
+        try:
+            return True, getattr(target, method)(*args)
+        except LongmemError as exc:
+            return False, exc
+
+
+class ShardActor(_Owner):
+    """One fact shard in its own process."""
+
+    _allowed = _SHARD_CALLS
+
+    def __init__(
+        self,
+        data_dir: str,
+        shard_no: int,
+        shards: int,
+        dim: int,
+        embedder: str,
+        limits: LimitSettings,
+        snapshot_every: int,
+    ) -> None:
+        root = Path(data_dir)
+        open_manifest(root, shards, dim, embedder)
+        self._target = FactShard(shard_dir(root, shard_no), dim, limits, snapshot_every)
+        self._shard_no = shard_no
+
+    def health(self) -> dict[str, Any]:
+        """Invariants a health check tests: index loaded (counts readable), log writable."""
+        stats = self._target.stats()
+        writable = self._target.log_writable()
+        return {"shard": self._shard_no, "log_writable": writable, **stats}
+
+
+class ProfileActor(_Owner):
+    """The profile store's single owner of its DuckDB file."""
+
+    _allowed = _PROFILE_CALLS
+
+    def __init__(self, data_dir: str, limits: LimitSettings) -> None:
+        self._target = DuckDBProfileStore(Path(data_dir) / "profile.duckdb", limits)
+
+    def health(self) -> dict[str, Any]:
+        """DuckDB open and answering."""
+        return {"duckdb_open": self._target.ping()}
+
+
+class _Client:
+    """Calls an owner actor; reads are retried across a restart, writes are not (not idempotent)."""
+
+    def __init__(self, actor: ActorHandle, label: str, timeout_s: float) -> None:
+        self._actor = actor
+        self._label = label
+        self._timeout = timeout_s
+
+    def _call(self, method: str, *args: Any) -> Any:
+        deadline = time.monotonic() + self._timeout
+        while True:
+            left = max(deadline - time.monotonic(), 0.001)
+            try:
+                ok, value = ray.get(self._actor.invoke.remote(method, *args), timeout=left)
+                break
+            except RayActorError as exc:
+                # A read that met the actor mid-restart is asked again until the deadline; a
+                # write is not, since it may have been logged before the actor died.
+                if method in _READS and time.monotonic() + _RETRY_PAUSE_S < deadline:
+                    time.sleep(_RETRY_PAUSE_S)
+                    continue
+                raise StorageError(
+                    f"{self._label} is unavailable ({type(exc).__name__}); {method} not acknowledged"
+                ) from None
+            except GetTimeoutError:
+                raise StorageError(
+                    f"{self._label} did not answer {method} within {self._timeout:g} s; not acknowledged"
+                ) from None
+        if not ok:
+            raise value
+        return value
+
+
+class ShardClient(_Client):
+    """A shard actor seen as a :class:`~memory_core.store.facts.ShardHandle`."""
+
+    def validate(self, new_facts: Sequence[NewFact], vectors: np.ndarray) -> object:
+        return self._call("validate", list(new_facts), vectors)
+
+    def add(self, new_facts: Sequence[NewFact], vectors: np.ndarray) -> list[Fact]:
+        return self._call("add", list(new_facts), vectors)  # type: ignore[no-any-return]
+
+    def search(self, user_id: str, vector: np.ndarray, k: int, now: datetime) -> list[tuple[Fact, float]]:
+        return self._call("search", user_id, vector, k, now)  # type: ignore[no-any-return]
+
+    def get(self, user_id: str, fact_id: int) -> Fact:
+        return self._call("get", user_id, fact_id)  # type: ignore[no-any-return]
+
+    def list_user(self, user_id: str, include_superseded: bool = False) -> list[Fact]:
+        return self._call("list_user", user_id, include_superseded)  # type: ignore[no-any-return]
+
+    def vectors_of(self, user_id: str, fact_ids: Sequence[int]) -> np.ndarray:
+        return self._call("vectors_of", user_id, list(fact_ids))  # type: ignore[no-any-return]
+
+    def delete(self, user_id: str, fact_ids: Sequence[int]) -> list[int]:
+        return self._call("delete", user_id, list(fact_ids))  # type: ignore[no-any-return]
+
+    def supersede(self, user_id: str, old_id: int, new_id: int) -> None:
+        self._call("supersede", user_id, old_id, new_id)
+
+    def expire(self, now: datetime, limit: int | None = None) -> list[int]:
+        return self._call("expire", now, limit)  # type: ignore[no-any-return]
+
+    def count_due(self, now: datetime) -> int:
+        return self._call("count_due", now)  # type: ignore[no-any-return]
+
+    def erase_user(self, user_id: str) -> int:
+        return self._call("erase_user", user_id)  # type: ignore[no-any-return]
+
+    def snapshot(self, purge: bool = False) -> int:
+        return self._call("snapshot", purge)  # type: ignore[no-any-return]
+
+    def stats(self) -> dict[str, int]:
+        return self._call("stats")  # type: ignore[no-any-return]
+
+    def health(self) -> dict[str, Any]:
+        """The actor's invariants (see :meth:`ShardActor.health`)."""
+        return self._call("health")  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        self._call("close")
+
+
+class ProfileClient(_Client):
+    """The profile actor seen as a :class:`~memory_core.store.profile.ProfileStore`."""
+
+    def get(self, user_id: str) -> list[ProfileEntry]:
+        return self._call("get", user_id)  # type: ignore[no-any-return]
+
+    def upsert(
+        self, user_id: str, text: str, source: str, at: datetime, key: str | None = None
+    ) -> ProfileEntry:
+        return self._call("upsert", user_id, text, source, at, key)  # type: ignore[no-any-return]
+
+    def delete(self, user_id: str, key: str) -> None:
+        self._call("delete", user_id, key)
+
+    def erase_user(self, user_id: str) -> int:
+        return self._call("erase_user", user_id)  # type: ignore[no-any-return]
+
+    def health(self) -> dict[str, Any]:
+        """DuckDB open and answering."""
+        return self._call("health")  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        self._call("close")
+
+
+def actor_options(settings: Settings, name: str) -> dict[str, Any]:
+    options: dict[str, Any] = {
+        "name": name,
+        "namespace": settings.serve.namespace,
+        "lifetime": "detached",
+        "get_if_exists": True,
+        # Two cores cannot give every replica and actor a whole CPU (DESIGN.md): they all take 0.
+        "num_cpus": 0,
+        "max_restarts": -1,
+        "max_task_retries": 0,
+    }
+    if settings.serve.shard_resource:
+        options["resources"] = {settings.serve.shard_resource: 0.001}
+    return options
+
+
+def open_shards(settings: Settings, dim: int, embedder: str) -> list[ShardClient]:
+    """Get (creating on first use) every shard actor of the data dir, in routing order."""
+    remote = ray.remote(ShardActor)
+    clients = []
+    for shard_no in range(settings.storage.shards):
+        name = shard_actor_name(shard_no)
+        actor = remote.options(**actor_options(settings, name)).remote(
+            str(settings.storage.data_dir.resolve()),
+            shard_no,
+            settings.storage.shards,
+            dim,
+            embedder,
+            settings.limits,
+            settings.storage.snapshot_every,
+        )
+        clients.append(ShardClient(actor, f"shard {shard_no}", settings.serve.call_timeout_s))
+    return clients
+
+
+def open_profile(settings: Settings) -> ProfileClient:
+    """Get (creating on first use) the profile actor."""
+    actor = (
+        ray.remote(ProfileActor)
+        .options(**actor_options(settings, PROFILE_ACTOR_NAME))
+        .remote(str(settings.storage.data_dir.resolve()), settings.limits)
+    )
+    return ProfileClient(actor, "profile store", settings.serve.call_timeout_s)
+
+
+def open_remote_fact_store(settings: Settings, dim: int, embedder: str) -> ShardedFactStore:
+    """The fact layer over the shard actors."""
+    return ShardedFactStore(open_shards(settings, dim, embedder), settings.limits)
+
+
+def stop_stores(settings: Settings) -> list[str]:
+    """Close every store actor's files cleanly, then end the actors (no restart).
+
+    Returns:
+        Problems met (an actor that was already gone is not one).
+    """
+    names = [shard_actor_name(i) for i in range(settings.storage.shards)] + [PROFILE_ACTOR_NAME]
+    problems = []
+    for name in names:
+        try:
+            actor = ray.get_actor(name, namespace=settings.serve.namespace)
+        except ValueError:
+            continue
+        try:
+            ok, value = ray.get(actor.invoke.remote("close"), timeout=settings.serve.call_timeout_s)
+            if not ok:
+                problems.append(f"{name}: {value}")
+        except (RayActorError, GetTimeoutError) as exc:
+            problems.append(f"{name}: {type(exc).__name__}")
+        ray.kill(actor, no_restart=True)
+    return problems

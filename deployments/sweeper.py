@@ -1,0 +1,92 @@
+"""The sweeper actor: the one place a data dir's expiry sweeps run, so there is one at a time
+cluster-wide, whoever triggers it (its own schedule, the admin API, or ``jobs.expiry_sweep``)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import ray
+from ray.actor import ActorHandle
+
+from deployments.stores import actor_options, open_shards
+from memory_core.errors import ConfigError, LongmemError
+from memory_core.settings import Settings
+from memory_core.sweep import SweepLog, SweepRecord, SweepRunner, SweepScheduler, SweepTrigger
+
+SWEEPER_ACTOR_NAME = "longmem-sweeper"
+
+
+def data_dir_embedder(data_dir: Path) -> tuple[int, str]:
+    """(dim, embedder name) a data dir was made with, from its manifest.
+
+    Raises:
+        ConfigError: the data dir has no manifest yet (nothing was ever stored there).
+    """
+    manifest = data_dir / "longmem.json"
+    if not manifest.exists():
+        raise ConfigError(f"{data_dir} holds no longmem data (no {manifest.name})")
+    found = json.loads(manifest.read_text())
+    return int(found["dim"]), str(found["embedder"])
+
+
+class SweeperActor:
+    """Owns the sweep runner, its log and its schedule."""
+
+    def __init__(self, settings: Settings, dim: int, embedder: str) -> None:
+        shards = open_shards(settings, dim, embedder)
+        log = SweepLog.for_data_dir(settings.storage.data_dir.resolve(), settings.sweep.log_keep)
+        # Shard clients turn a dead or slow actor into StorageError, which the runner retries.
+        self._runner = SweepRunner(shards, settings.sweep, log)
+        self._scheduler = SweepScheduler(self._runner, settings.sweep)
+        self._scheduled: datetime | None = None
+
+    def start_schedule(self) -> str | None:
+        """Start the schedule once (later calls are no-ops); returns the next run time."""
+        if self._scheduled is None:
+            self._scheduled = self._scheduler.start()
+        return self._scheduled.isoformat() if self._scheduled else None
+
+    def run(self, now: datetime, dry_run: bool, trigger: str) -> tuple[bool, Any]:
+        """One sweep; (True, record) or (False, the LongmemError, e.g. SweepBusyError)."""
+        try:
+            return True, self._runner.run(now, dry_run, SweepTrigger(trigger))
+        except LongmemError as exc:
+            return False, exc
+
+    def list(self, limit: int) -> list[SweepRecord]:
+        """The newest run records."""
+        return self._runner.log.list(limit)
+
+    def stop(self) -> None:
+        """Stop the schedule (a sweep in progress finishes first)."""
+        self._scheduler.stop()
+
+
+def open_sweeper(settings: Settings, dim: int, embedder: str) -> ActorHandle:
+    """Get (creating on first use) the sweeper actor.
+
+    It runs calls concurrently (a second trigger must be answered "busy" while a sweep runs).
+    """
+    options = {**actor_options(settings, SWEEPER_ACTOR_NAME), "max_concurrency": 8}
+    return ray.remote(SweeperActor).options(**options).remote(settings, dim, embedder)
+
+
+class SweeperClient:
+    """The sweeper actor as the API's sweep control."""
+
+    def __init__(self, actor: ActorHandle) -> None:
+        self._actor = actor
+
+    def run(self, now: datetime, dry_run: bool, trigger: SweepTrigger = SweepTrigger.MANUAL) -> SweepRecord:
+        """Run one sweep now; raises SweepBusyError while another runs."""
+        ok, value = ray.get(self._actor.run.remote(now, dry_run, trigger.value))
+        if not ok:
+            raise value
+        return value  # type: ignore[no-any-return]
+
+    def list(self, limit: int) -> list[SweepRecord]:
+        """The newest run records."""
+        return ray.get(self._actor.list.remote(limit))  # type: ignore[no-any-return]
