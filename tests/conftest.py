@@ -12,6 +12,7 @@ from memory_core.clock import ManualClock
 from memory_core.embedding import Embedder, make_embedder
 from memory_core.service import MemoryService, open_local_service
 from memory_core.settings import EmbedderSettings, Settings, StorageSettings
+from tests.serve_app import ADMIN_KEY, OTHER_KEY, ServeApp, client, free_port, serve_settings
 
 START = datetime(2026, 3, 1, 10, 0, tzinfo=UTC)
 
@@ -60,3 +61,25 @@ def open_service(
 @pytest.fixture
 def service(open_service: Callable[[], MemoryService]) -> MemoryService:
     return open_service()
+
+
+@pytest.fixture(scope="session")
+def serve_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeApp]:
+    """The real app on local Ray (started on first use, stopped at the end of the session)."""
+    from deployments.app import start, stop
+
+    settings = serve_settings(tmp_path_factory.mktemp("serve") / "data", free_port())
+    running = start(settings)
+    app = ServeApp(
+        settings=settings,
+        url=running.url,
+        acme=client(running.url, ADMIN_KEY),
+        globex=client(running.url, OTHER_KEY),
+        anonymous=client(running.url, None),
+    )
+    try:
+        yield app
+    finally:
+        for c in (app.acme, app.globex, app.anonymous):
+            c.close()
+        stop(settings)

@@ -1,4 +1,5 @@
-"""The public behaviour scenarios, in-process, with the real default model.
+"""The public behaviour scenarios with the real default model: in-process, and over HTTP
+against the Ray Serve app (the same behaviour suite on both).
 
 The product goal is 90 % overall and per language (measured with ``longmem eval scenarios``);
 this test is a regression floor a little under it, so one unlucky step of a 1.5B model does
@@ -11,16 +12,27 @@ from pathlib import Path
 
 from memory_core.clock import ManualClock
 from memory_core.embedding import Embedder
+from memory_core.evaluation.http import HttpTarget
 from memory_core.evaluation.local import LocalTarget
 from memory_core.evaluation.scenarios import load_scenarios, run_scenarios, user_id_for
 from memory_core.llm.factory import make_engine
 from memory_core.service import open_local_service
 from memory_core.settings import Settings
+from tests.serve_app import ADMIN_KEY, ServeApp
 
 PUBLIC = Path(__file__).resolve().parents[2] / "shared" / "eval" / "scenarios" / "public.jsonl"
 
 
-def test_public_scenarios_pass(settings: Settings, clock: ManualClock, embedder: Embedder) -> None:
+def _check(report: dict) -> None:
+    summary = report["summary"]
+    print(summary, report["failures"])
+    assert summary["steps"] >= 19  # every checked step of the public file ran
+    assert summary["pass_rate"] >= 0.85, report["failures"]
+    for lang in ("zh", "en"):
+        assert summary["by_lang"][lang]["pass_rate"] >= 0.75, report["failures"]
+
+
+def test_public_scenarios_pass_in_process(settings: Settings, clock: ManualClock, embedder: Embedder) -> None:
     engine = make_engine(settings.llm)
     svc = open_local_service(settings, clock, embedder, engine=engine)
     try:
@@ -28,12 +40,17 @@ def test_public_scenarios_pass(settings: Settings, clock: ManualClock, embedder:
     finally:
         svc.close()
         engine.close()
-    summary = report["summary"]
-    print(summary, report["failures"])
-    assert summary["steps"] >= 19  # every checked step of the public file ran
-    assert summary["pass_rate"] >= 0.85, report["failures"]
-    for lang in ("zh", "en"):
-        assert summary["by_lang"][lang]["pass_rate"] >= 0.75, report["failures"]
+    _check(report)
+
+
+def test_public_scenarios_pass_over_http(serve_app: ServeApp) -> None:
+    target = HttpTarget(serve_app.url, ADMIN_KEY)
+    try:
+        report = run_scenarios(target, load_scenarios(PUBLIC)).as_dict()
+    finally:
+        target.close()
+    assert report["summary"]["llm_calls"] > 0  # read from the server's metrics
+    _check(report)
 
 
 def test_scenario_user_ids_are_valid_and_distinct() -> None:

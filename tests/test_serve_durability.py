@@ -1,0 +1,76 @@
+"""The Serve app keeps every acknowledged write: a killed shard actor comes back with its
+facts, and a restarted app on the same data dir has every fact and profile entry."""
+
+from __future__ import annotations
+
+import ray
+
+from deployments.stores import shard_actor_name
+from memory_core.routing import shard_of
+from tests.serve_app import ServeApp
+
+
+def _users_on_each_shard(app: ServeApp, prefix: str, per_shard: int = 2) -> dict[int, list[str]]:
+    shards = app.settings.storage.shards
+    found: dict[int, list[str]] = {n: [] for n in range(shards)}
+    n = 0
+    while any(len(v) < per_shard for v in found.values()):
+        user = f"{prefix}{n}"
+        shard = shard_of(f"acme:{user}", shards)
+        if len(found[shard]) < per_shard:
+            found[shard].append(user)
+        n += 1
+    return found
+
+
+def _store(app: ServeApp, users: list[str]) -> dict[str, set[str]]:
+    stored = {}
+    for user in users:
+        memories = [{"text": f"{user} fact {i}: likes item {i}"} for i in range(5)]
+        out = app.acme.post(f"/v1/users/{user}/memories", json={"memories": memories})
+        assert out.status_code == 201, out.text
+        stored[user] = {m["id"] for m in out.json()["memories"]}
+        assert (
+            app.acme.put(
+                f"/v1/users/{user}/profile/tone", json={"text": f"{user} wants short answers"}
+            ).status_code
+            == 200
+        )
+    return stored
+
+
+def _check(app: ServeApp, stored: dict[str, set[str]]) -> None:
+    for user, ids in stored.items():
+        listed = app.acme.get(f"/v1/users/{user}/memories")
+        assert listed.status_code == 200, listed.text
+        assert {m["id"] for m in listed.json()["memories"]} == ids
+        profile = app.acme.get(f"/v1/users/{user}/profile").json()["profile"]
+        assert [e["text"] for e in profile] == [f"{user} wants short answers"]
+
+
+def test_killed_shard_actor_comes_back_with_every_fact(serve_app: ServeApp) -> None:
+    by_shard = _users_on_each_shard(serve_app, "kill")
+    stored = _store(serve_app, [u for users in by_shard.values() for u in users])
+    victim = ray.get_actor(shard_actor_name(0), namespace=serve_app.settings.serve.namespace)
+    ray.kill(victim, no_restart=False)
+    # Reads wait for the restarted actor (clients retry until their deadline).
+    _check(serve_app, stored)
+    user = by_shard[0][0]
+    recalled = serve_app.acme.post(f"/v1/users/{user}/recall", json={"query": "likes item 3", "k": 1}).json()
+    assert recalled["memories"] and recalled["memories"][0]["id"] in stored[user]
+    # The restarted shard takes writes again.
+    again = serve_app.acme.post(f"/v1/users/{user}/memories", json={"memories": [{"text": "after restart"}]})
+    assert again.status_code == 201
+    stored[user].add(again.json()["memories"][0]["id"])
+    _check(serve_app, stored)
+
+
+def test_restarted_app_has_every_acknowledged_write(serve_app: ServeApp) -> None:
+    by_shard = _users_on_each_shard(serve_app, "restart", per_shard=3)
+    stored = _store(serve_app, [u for users in by_shard.values() for u in users])
+    deleted_user = by_shard[1][2]
+    gone = sorted(stored[deleted_user])[0]
+    assert serve_app.acme.delete(f"/v1/users/{deleted_user}/memories/{gone}").status_code == 200
+    stored[deleted_user].discard(gone)
+    serve_app.restart()
+    _check(serve_app, stored)
