@@ -1,5 +1,5 @@
 # The two set-up commands of the README:
-#   make run    build the environment (first time) and run longmem on embedded defaults
+#   make run    build the environment (first time) and serve longmem on embedded defaults (loopback)
 #   make test   build the environment (first time) and run the test suite and linters
 PYTHON ?= python3
 VENV := .venv
@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/longmem demo
+	$(BIN)/longmem serve --local-only
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
@@ -31,3 +31,4 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.embedders
 	$(BIN)/python -m benchmarks.bench_store
+	$(BIN)/python -m benchmarks.bench_serve

@@ -55,6 +55,9 @@ from benchmarks.serve_load import (
     Request,
     bulk_user,
     profile_request,
+    MachineWatch,
+    raylets,
+    ray_rss,
     read_probes,
     recall_request,
     run_load,
@@ -233,19 +236,6 @@ def embedder_floor(settings: Settings, questions: Sequence[str]) -> dict[str, fl
         if n >= 20:
             samples.append(time.perf_counter_ns() - began)
     return latency_ms(samples)
-
-
-def ray_rss() -> dict[str, int]:
-    """Resident bytes of this machine's Ray processes by title (ShardActor, ServeReplica:..., raylet)."""
-    out: dict[str, int] = {}
-    for proc in psutil.process_iter(["name", "cmdline", "memory_info"]):
-        cmd, name = proc.info["cmdline"] or [""], proc.info["name"] or ""
-        if cmd[0].startswith("ray::") or name in ("raylet", "gcs_server"):
-            title = (
-                cmd[0].split()[0].removeprefix("ray::").split(".")[0] if cmd[0].startswith("ray::") else name
-            )
-            out[title] = out.get(title, 0) + proc.info["memory_info"].rss
-    return out
 
 
 def total_facts(shards: Sequence[ShardClient]) -> int:

@@ -1,6 +1,9 @@
-"""What the serve benchmark's clients send, and how: requests built from the retrieval data set
-(``benchmarks/data/retrieval_zh_en.jsonl``) and closed-loop load, N client threads, each with
-its own connection, sending requests back to back until told to stop."""
+"""What the serve benchmark's clients send, and how, and what else the machine was doing.
+
+Requests are built from the retrieval data set (``benchmarks/data/retrieval_zh_en.jsonl``);
+load is closed-loop: N client threads, each with its own connection, send requests back to
+back until told to stop. A watcher notes other Ray clusters started on the machine meanwhile.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ from typing import Any
 
 import httpx
 import numpy as np
+import psutil
 from tqdm import tqdm
 
 from benchmarks.bench_store import latency_ms
@@ -172,3 +176,43 @@ def run_load(
         judged=sum(p.judged for p in parts),
         found=sum(p.found for p in parts),
     )
+
+
+def raylets() -> int:
+    """Ray clusters running on this machine (one raylet each)."""
+    return sum(proc.info["name"] == "raylet" for proc in psutil.process_iter(["name"]))
+
+
+class MachineWatch:
+    """Samples, every ``every`` seconds, how many Ray clusters run here and the 1-minute load."""
+
+    def __init__(self, every: float = 2.0) -> None:
+        self.samples: list[tuple[int, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(every,), daemon=True)
+        self._thread.start()
+
+    def _run(self, every: float) -> None:
+        while not self._stop.wait(every):
+            self.samples.append((raylets(), psutil.getloadavg()[0]))
+
+    def close(self) -> dict[str, float]:
+        """Stop sampling; seconds during which another Ray cluster ran, and the highest load."""
+        self._stop.set()
+        self._thread.join()
+        shared = sum(1 for count, _ in self.samples if count > 1)
+        peak = max((load for _, load in self.samples), default=0.0)
+        return {"other_ray_s": shared * 2.0, "peak_load1": peak}
+
+
+def ray_rss() -> dict[str, int]:
+    """Resident bytes of this machine's Ray processes by title (ShardActor, ServeReplica:..., raylet)."""
+    out: dict[str, int] = {}
+    for proc in psutil.process_iter(["name", "cmdline", "memory_info"]):
+        cmd, name = proc.info["cmdline"] or [""], proc.info["name"] or ""
+        if cmd[0].startswith("ray::") or name in ("raylet", "gcs_server"):
+            title = (
+                cmd[0].split()[0].removeprefix("ray::").split(".")[0] if cmd[0].startswith("ray::") else name
+            )
+            out[title] = out.get(title, 0) + proc.info["memory_info"].rss
+    return out

@@ -21,8 +21,8 @@ _MANIFEST = "longmem.json"
 _FORMAT = 1
 
 
-class FactStore(Protocol):
-    """Facts of all users, each user's facts searchable only by that user."""
+class UserFacts(Protocol):
+    """The per-user calls that a fact store and each of its shards both answer."""
 
     def add(self, new_facts: Sequence[NewFact], vectors: np.ndarray) -> list[Fact]:
         """Store facts durably; see :meth:`FactShard.add`."""
@@ -52,10 +52,6 @@ class FactStore(Protocol):
         """Hide ``old_id`` from recall in favour of ``new_id``; both are kept."""
         ...
 
-    def expire(self, now: datetime, limit: int | None = None) -> int:
-        """Delete facts with expire_at before ``now``; returns how many."""
-        ...
-
     def count_due(self, now: datetime) -> int:
         """How many facts have expire_at before ``now``."""
         ...
@@ -66,6 +62,14 @@ class FactStore(Protocol):
 
     def close(self) -> None:
         """Release files."""
+        ...
+
+
+class FactStore(UserFacts, Protocol):
+    """Facts of all users, each user's facts searchable only by that user."""
+
+    def expire(self, now: datetime, limit: int | None = None) -> int:
+        """Delete facts with expire_at before ``now``; returns how many."""
         ...
 
 
@@ -90,7 +94,7 @@ def open_manifest(data_dir: Path, shards: int, dim: int, embedder: str) -> None:
     write_atomically(path, lambda h: h.write(json.dumps(wanted).encode()))
 
 
-class ShardHandle(Protocol):
+class ShardHandle(UserFacts, Protocol):
     """One shard as the store talks to it: a :class:`FactShard` in this process, or a proxy to
     the actor that owns it (``deployments/``). Methods mean what they mean on FactShard."""
 
@@ -98,44 +102,8 @@ class ShardHandle(Protocol):
         """Check a batch without storing it; raises ValidationError."""
         ...
 
-    def add(self, new_facts: Sequence[NewFact], vectors: np.ndarray) -> list[Fact]:
-        """Store a batch durably."""
-        ...
-
-    def search(self, user_id: str, vector: np.ndarray, k: int, now: datetime) -> list[tuple[Fact, float]]:
-        """Exact top-k search in the user's partition."""
-        ...
-
-    def get(self, user_id: str, fact_id: int) -> Fact:
-        """One of the user's facts."""
-        ...
-
-    def list_user(self, user_id: str, include_superseded: bool = False) -> list[Fact]:
-        """All of the user's facts, oldest first."""
-        ...
-
-    def vectors_of(self, user_id: str, fact_ids: Sequence[int]) -> np.ndarray:
-        """Stored vectors of some of the user's facts."""
-        ...
-
-    def delete(self, user_id: str, fact_ids: Sequence[int]) -> list[int]:
-        """Delete some of the user's facts durably."""
-        ...
-
-    def supersede(self, user_id: str, old_id: int, new_id: int) -> None:
-        """Hide ``old_id`` from recall in favour of ``new_id``."""
-        ...
-
     def expire(self, now: datetime, limit: int | None = None) -> list[int]:
         """Delete up to ``limit`` facts expired before ``now``; returns their ids."""
-        ...
-
-    def count_due(self, now: datetime) -> int:
-        """How many facts have expire_at before ``now``."""
-        ...
-
-    def erase_user(self, user_id: str) -> int:
-        """Remove every trace of the user's facts."""
         ...
 
     def snapshot(self, purge: bool = False) -> int:
@@ -144,10 +112,6 @@ class ShardHandle(Protocol):
 
     def stats(self) -> dict[str, int]:
         """Counts for health checks and metrics."""
-        ...
-
-    def close(self) -> None:
-        """Close the log."""
         ...
 
 
