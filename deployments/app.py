@@ -18,7 +18,9 @@ from deployments.ingress import Ingress
 from deployments.llm import LLMDeployment
 from deployments.stores import stop_stores
 from deployments.sweeper import SWEEPER_ACTOR_NAME
-from memory_core.settings import Settings, load_settings
+from memory_core.errors import ConfigError
+from memory_core.llm.factory import gpu_visible
+from memory_core.settings import LLMEngineName, Settings, load_settings
 
 APP_NAME = "longmem"
 
@@ -37,13 +39,23 @@ def build_app(settings: Settings) -> Application:
     llm = LLMDeployment.options(
         num_replicas=1,
         max_ongoing_requests=serve_cfg.max_ongoing_requests,
-        ray_actor_options={**cpu0, "num_gpus": serve_cfg.llm_gpus},
+        ray_actor_options={**cpu0, "num_gpus": llm_gpus(settings)},
     ).bind(settings.llm)
     return Ingress.options(
         num_replicas=serve_cfg.ingress_replicas,
         max_ongoing_requests=serve_cfg.max_ongoing_requests,
         ray_actor_options=cpu0,
     ).bind(settings, embedder, llm)
+
+
+def llm_gpus(settings: Settings) -> float:
+    """GPUs for the LLM deployment: as configured, else one when vLLM will run on a visible GPU
+    (Ray hides GPUs from actors that reserve none, and vLLM would then find no device)."""
+    if settings.serve.llm_gpus:
+        return settings.serve.llm_gpus
+    engine = settings.llm.engine
+    wants_vllm = engine is LLMEngineName.VLLM or (engine is LLMEngineName.AUTO and gpu_visible())
+    return 1.0 if wants_vllm and gpu_visible() else 0.0
 
 
 def app_builder(args: dict[str, str]) -> Application:
@@ -83,7 +95,13 @@ def start(settings: Settings) -> RunningApp:
         )
     host = bind_host(settings)
     serve.start(http_options={"host": host, "port": settings.serve.port})
-    serve.run(build_app(settings), name=APP_NAME, route_prefix="/")
+    try:
+        serve.run(build_app(settings), name=APP_NAME, route_prefix="/")
+    except RuntimeError as exc:  # Serve reports a deployment that failed to start this way
+        stop(settings)
+        raise ConfigError(
+            f"longmem did not start: {exc} (replica logs: /tmp/ray/session_latest/logs/serve)"
+        ) from None
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
     return RunningApp(
         url=f"http://{shown}:{settings.serve.port}", seconds_to_ready=time.perf_counter() - began

@@ -294,7 +294,9 @@ class ServeSettings(BaseModel):
         description="Custom Ray resource shard and profile actors require, to pin them to the nodes holding "
         "the data dir (see cluster.yaml); None places them anywhere.",
     )
-    max_turns_per_request: int = Field(default=50, ge=1, description="Most turns in one ingest request.")
+    max_turns_per_request: int = Field(
+        default=1000, ge=1, description="Most turns in one ingest request (a whole imported session fits)."
+    )
     max_request_bytes: int = Field(default=1 << 20, ge=1024, description="Largest request body accepted.")
     reply_max_tokens: int = Field(default=256, ge=16, description="Longest chat reply the LLM may write.")
     call_timeout_s: float = Field(

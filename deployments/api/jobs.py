@@ -73,16 +73,20 @@ class JobQueue:
             job = self._jobs.get(job_id)
         return job if job is not None and job.tenant == tenant else None
 
-    def cancel_user(self, user_id: str) -> int:
-        """Drop the user's queued writes and wait for a running one (before erasing the user, so
-        no write lands after the erasure). Returns how many were cancelled."""
+    def forget_user(self, user_id: str) -> int:
+        """Before erasing a user: drop their queued writes, wait for a running one, and delete
+        every job record of theirs (results hold memory text). Returns how many jobs went."""
         with self._lock:
-            queued = [j for j in self._jobs.values() if j.user_id == user_id and j.status == "queued"]
-            for job in queued:
-                job.status, job.error = "cancelled", "the user was erased"
+            for job in self._jobs.values():
+                if job.user_id == user_id and job.status == "queued":
+                    job.status = "cancelled"
         # The single writer runs jobs in order: an empty job queued now runs after the current one.
         self._pool.submit(lambda: None).result()
-        return len(queued)
+        with self._lock:
+            theirs = [job_id for job_id, job in self._jobs.items() if job.user_id == user_id]
+            for job_id in theirs:
+                del self._jobs[job_id]
+        return len(theirs)
 
     def pending(self) -> int:
         """Jobs not finished yet."""

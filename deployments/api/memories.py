@@ -185,7 +185,7 @@ def memory_router(rt: Runtime) -> APIRouter:
     def erase(user_id: str, principal: Principal = caller) -> EraseOut:
         """Erase every trace of the user: memories and their files, profile, working windows."""
         user = rt.user(principal, user_id)
-        rt.jobs.cancel_user(user)
-        return EraseOut.of(user_id, svc.erase(user))
+        jobs = rt.jobs.forget_user(user)
+        return EraseOut.of(user_id, svc.erase(user), jobs)
 
     return router
