@@ -20,10 +20,10 @@ import ray
 from ray.actor import ActorHandle
 from ray.exceptions import GetTimeoutError, RayActorError
 
-from memory_core.errors import LongmemError, StorageError
+from memory_core.errors import ConfigError, LongmemError, StorageError
 from memory_core.models import Fact, NewFact, ProfileEntry
 from memory_core.settings import LimitSettings, Settings
-from memory_core.store.facts import ShardedFactStore, open_manifest, shard_dir
+from memory_core.store.facts import open_manifest, shard_dir
 from memory_core.store.profile import DuckDBProfileStore
 from memory_core.store.shard import FactShard
 
@@ -88,7 +88,8 @@ class ShardActor(_Owner):
         """Invariants a health check tests: index loaded (counts readable), log writable."""
         stats = self._target.stats()
         writable = self._target.log_writable()
-        return {"shard": self._shard_no, "log_writable": writable, **stats}
+        where = str(self._target.directory)
+        return {"shard": self._shard_no, "directory": where, "log_writable": writable, **stats}
 
 
 class ProfileActor(_Owner):
@@ -101,7 +102,7 @@ class ProfileActor(_Owner):
 
     def health(self) -> dict[str, Any]:
         """DuckDB open and answering."""
-        return {"duckdb_open": self._target.ping()}
+        return {"duckdb_open": self._target.ping(), "path": str(self._target.path)}
 
 
 class _Client:
@@ -244,22 +245,34 @@ def open_shards(settings: Settings, dim: int, embedder: str) -> list[ShardClient
             settings.storage.snapshot_every,
         )
         clients.append(ShardClient(actor, f"shard {shard_no}", settings.serve.call_timeout_s))
+    for shard_no, shard in enumerate(clients):
+        # A named actor left over from an app on another data dir would serve the wrong files.
+        expected = str(shard_dir(settings.storage.data_dir.resolve(), shard_no))
+        found = shard.health()["directory"]
+        if found != expected:
+            raise ConfigError(
+                f"actor {shard_actor_name(shard_no)} in namespace {settings.serve.namespace!r} owns {found}, "
+                f"not {expected}: stop the other app, or use another serve.namespace"
+            )
     return clients
 
 
 def open_profile(settings: Settings) -> ProfileClient:
-    """Get (creating on first use) the profile actor."""
+    """Get (creating on first use) the profile actor.
+
+    Raises:
+        ConfigError: the named actor serves another data dir's profile file.
+    """
     actor = (
         ray.remote(ProfileActor)
         .options(**actor_options(settings, PROFILE_ACTOR_NAME))
         .remote(str(settings.storage.data_dir.resolve()), settings.limits)
     )
-    return ProfileClient(actor, "profile store", settings.serve.call_timeout_s)
-
-
-def open_remote_fact_store(settings: Settings, dim: int, embedder: str) -> ShardedFactStore:
-    """The fact layer over the shard actors."""
-    return ShardedFactStore(open_shards(settings, dim, embedder), settings.limits)
+    client = ProfileClient(actor, "profile store", settings.serve.call_timeout_s)
+    expected = str(settings.storage.data_dir.resolve() / "profile.duckdb")
+    if client.health()["path"] != expected:
+        raise ConfigError(f"actor {PROFILE_ACTOR_NAME} owns another data dir's profile, not {expected}")
+    return client
 
 
 def stop_stores(settings: Settings) -> list[str]:

@@ -78,9 +78,11 @@ def memory_router(rt: Runtime) -> APIRouter:
             return IngestOut(
                 results=[TurnResult.of(o) for o in svc.ingest(user, body.session_id, turns, body.at)]
             )
-        # Checked and in the working window now, so a bad request fails here and not in the job.
+        # Checked and in the working window now, so a bad request fails here and not in the job;
+        # the turns keep the time they were received, not the time the queue reaches them.
         svc.accept_turns(user, body.session_id, turns)
-        job = rt.jobs.submit(principal.tenant, user, lambda: svc.write_turns(user, turns, body.at))
+        when = body.at or svc.clock.now()
+        job = rt.jobs.submit(principal.tenant, user, lambda: svc.write_turns(user, turns, when))
         return JSONResponse(JobOut(job_id=job.job_id, status="queued").model_dump(), status_code=202)
 
     @router.get("/jobs/{job_id}", response_model=JobOut)

@@ -33,7 +33,8 @@ class HttpTarget:
         try:
             response = self._client.request(method, path, json=body)
         except httpx.HTTPError as exc:
-            raise RemoteError(0, f"cannot reach {self._client.base_url}: {type(exc).__name__}: {exc}") from None
+            where = self._client.base_url
+            raise RemoteError(0, f"cannot reach {where}: {type(exc).__name__}: {exc}") from None
         if response.status_code >= 400:
             raise RemoteError(response.status_code, response.text)
         return (

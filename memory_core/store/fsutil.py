@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -38,3 +39,22 @@ def write_atomically(path: Path, write: Callable[[BinaryIO], object]) -> None:
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         raise StorageError(f"cannot write {path}: {exc}") from exc
+
+
+def lock_directory(directory: Path) -> BinaryIO:
+    """Take an exclusive lock on ``directory`` for this process (released when the returned
+    file is closed, or by the OS when the process dies).
+
+    Raises:
+        StorageError: another process (or another open of this one) holds the lock.
+    """
+    handle = open(directory / "LOCK", "ab")
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        handle.close()
+        raise StorageError(
+            f"{directory} is in use by another process (one process owns a data dir: stop the server "
+            f"or the other command first): {exc}"
+        ) from exc
+    return handle

@@ -34,6 +34,7 @@ from memory_core.store.arrow_codec import (
     facts_to_batch,
     ipc_to_table,
 )
+from memory_core.store.fsutil import lock_directory
 from memory_core.store.partitions import Partitions
 from memory_core.validation import check_text, check_user_id, check_vectors
 
@@ -83,14 +84,19 @@ class FactShard:
             directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StorageError(f"cannot create shard directory {directory}: {exc}") from exc
+        # Two writers on one log would interleave records: the second opener is refused.
+        self._dir_lock = lock_directory(directory)
         # Recovery allocates a million small objects that all live on: the cyclic GC would
         # rescan them over and over (15-30 % of load time at 1M facts) without freeing any.
         gc.disable()
         try:
             self.recovery = self._recover()
+            self._wal = wal.WalWriter(directory, self._current_seq)
+        except StorageError:
+            self._dir_lock.close()
+            raise
         finally:
             gc.enable()
-        self._wal = wal.WalWriter(directory, self._current_seq)
 
     # ----------------------------------------------------------------- recovery
 
@@ -394,9 +400,10 @@ class FactShard:
             return self._wal.writable()
 
     def close(self) -> None:
-        """Close the log; the shard must not be used afterwards."""
+        """Close the log and release the directory; the shard must not be used afterwards."""
         with self._lock:
             self._wal.close()
+            self._dir_lock.close()
 
     def destroy(self) -> None:
         """Close the shard and delete its directory (tests, benchmarks)."""
