@@ -47,17 +47,18 @@ import httpx
 import numpy as np
 import psutil
 import ray
+from ray.exceptions import RayError
 from tqdm import tqdm
 
 from benchmarks.bench_store import EXPIRED, FUTURE, Plan, latency_ms
 from benchmarks.serve_load import (
+    MachineWatch,
     Probe,
     Request,
     bulk_user,
     profile_request,
-    MachineWatch,
-    raylets,
     ray_rss,
+    raylets,
     read_probes,
     recall_request,
     run_load,
@@ -68,6 +69,7 @@ from deployments.app import start, stop
 from deployments.stores import ShardClient, open_shards
 from deployments.sweeper import data_dir_embedder
 from memory_core.embedding import make_embedder
+from memory_core.errors import LongmemError
 from memory_core.models import Layer, NewFact, Tag
 from memory_core.routing import shard_of
 from memory_core.settings import ServeSettings, Settings, StorageSettings, SweepSettings
@@ -103,7 +105,7 @@ def start_until_recall(settings: Settings, users: Sequence[str]) -> tuple[str, f
 
     Returns:
         The URL, seconds until ``start`` returned, and seconds until every recall answered
-        (shard actors load their data after ``start`` returns).
+        (a shard actor still loading its data when ``start`` returns answers 503).
     """
     began = time.perf_counter()
     running = start(settings)
@@ -126,7 +128,11 @@ def synthetic(plan: Plan, rows: np.ndarray, cutoff: datetime) -> tuple[list[NewF
     facts = []
     for i in rows.tolist():
         created = first + timedelta(milliseconds=i)
-        kind = plan.kinds[i]
+        expire_at: datetime | None = None
+        if plan.kinds[i] == EXPIRED:
+            expire_at = created + timedelta(days=1)
+        elif plan.kinds[i] == FUTURE:
+            expire_at = later
         # Unvalidated: valid by construction, and validating 1M models costs seconds.
         facts.append(
             NewFact.model_construct(
@@ -135,11 +141,7 @@ def synthetic(plan: Plan, rows: np.ndarray, cutoff: datetime) -> tuple[list[NewF
                 tag=_TAGS[i % len(_TAGS)],
                 layer=Layer.FACT,
                 created_at=created,
-                expire_at=created + timedelta(days=1)
-                if kind == EXPIRED
-                else later
-                if kind == FUTURE
-                else None,
+                expire_at=expire_at,
                 source_turn_ids=(),
             )
         )
@@ -259,6 +261,11 @@ def summary_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
     r1, rn, p1, sw, emb = s["recall_1"], s["recall_n"], s["profile_1"], s["sweep"], s["embedder_alone"]
     ratio = sw["during"]["p99"] / s["recall_idle"]["p99"]
     ing1, ingb = s["ingest_1"], s[f"ingest_{INGEST_BATCH}"]
+    m = s["machine"]
+    restarted = s.get("restart_error") or (
+        f"start() {s['restart_start_s']:.1f} s; recall on every shard {s['restart_ready_s']:.1f} s; "
+        f"{s['facts_after_restart']:,} facts"
+    )
     rss = sorted(s["rss_after_load"].items(), key=lambda kv: -kv[1])
     return [
         (
@@ -309,12 +316,12 @@ def summary_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
         ("recall idle, 1 client", lat(s["recall_idle"])),
         ("recall during sweep", lat(sw["during"])),
         ("  p99 during / idle", f"x{ratio:.2f}" + goal("<= 2x", ratio <= 2)),
-        (
-            "restart, loaded",
-            f"start() {s['restart_start_s']:.1f} s; recall on every shard {s['restart_ready_s']:.1f} s; "
-            f"{s['facts_after_restart']:,} facts",
-        ),
+        ("restart, loaded", restarted),
         ("RSS after bulk load", ", ".join(f"{k} {v / 2**20:,.0f} MiB" for k, v in rss)),
+        (
+            "machine",
+            f"another Ray ran {m['other_ray_s']:.0f} s of the run; peak 1-min load {m['peak_load1']:.1f}",
+        ),
         ("wall time", f"{s['wall_s']:.0f} s"),
     ]
 
@@ -353,6 +360,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "cutoff": cutoff.isoformat(),
         "cpus": psutil.cpu_count(),
     }
+    if raylets():
+        print("another Ray is running on this machine: figures would be shared; try later", file=sys.stderr)
+        return 2
+    watch = MachineWatch()
     try:
         print("cold start ...", file=sys.stderr)
         url, s["cold_start_s"], s["cold_ready_s"] = start_until_recall(settings, per_shard)
@@ -386,13 +397,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         print("restart ...", file=sys.stderr)
         stop(settings)
-        url, s["restart_start_s"], s["restart_ready_s"] = start_until_recall(settings, per_shard)
-        s["facts_after_restart"] = total_facts(open_shards(settings, s["dim"], s["embedder"]))
+        try:
+            url, s["restart_start_s"], s["restart_ready_s"] = start_until_recall(settings, per_shard)
+            s["facts_after_restart"] = total_facts(open_shards(settings, s["dim"], s["embedder"]))
+        except (RuntimeError, TimeoutError, LongmemError, RayError) as exc:  # a figure too: report, go on
+            s["restart_error"] = f"{type(exc).__name__}: {exc}"[:300]
     finally:
         if ray.is_initialized():
             for problem in stop(settings):
                 print(f"warning: {problem}", file=sys.stderr)
         shutil.rmtree(data_dir, ignore_errors=True)
+        s["machine"] = watch.close()
     s["wall_s"] = time.perf_counter() - wall
 
     rows = summary_rows(s)

@@ -188,12 +188,13 @@ class MachineWatch:
 
     def __init__(self, every: float = 2.0) -> None:
         self.samples: list[tuple[int, float]] = []
+        self._every = every
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(every,), daemon=True)
+        self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
-    def _run(self, every: float) -> None:
-        while not self._stop.wait(every):
+    def _run(self) -> None:
+        while not self._stop.wait(self._every):
             self.samples.append((raylets(), psutil.getloadavg()[0]))
 
     def close(self) -> dict[str, float]:
@@ -202,7 +203,7 @@ class MachineWatch:
         self._thread.join()
         shared = sum(1 for count, _ in self.samples if count > 1)
         peak = max((load for _, load in self.samples), default=0.0)
-        return {"other_ray_s": shared * 2.0, "peak_load1": peak}
+        return {"other_ray_s": shared * self._every, "peak_load1": peak}
 
 
 def ray_rss() -> dict[str, int]:

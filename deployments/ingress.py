@@ -34,9 +34,12 @@ class Ingress:
     """Holds the service; Serve routes HTTP to the FastAPI app built from it."""
 
     async def __init__(self, settings: Settings, embedder: DeploymentHandle, llm: DeploymentHandle) -> None:
-        # Serve builds the replica on its event loop: handles are awaited here, never blocked on.
+        # Serve builds the replica on its event loop, where a handle's .result() is refused:
+        # deployment handles are awaited. The store actors are checked with blocking calls: the
+        # replica takes no requests before its constructor returns anyway.
         self._settings = settings
         remote_embedder = RemoteEmbedder(embedder, await embedder.info.remote())
+        self._embedder = remote_embedder
         self._shards = open_shards(settings, remote_embedder.dim, remote_embedder.name)
         self._profiles = open_profile(settings)
         self._llm_handle = llm
@@ -76,8 +79,11 @@ class Ingress:
         for shard_no, shard in enumerate(self._shards):
             report["shards"].append(_probe(lambda s=shard: _shard_ok(s), f"shard {shard_no}"))
         report["profile_store"] = _probe(lambda: self._profiles.health()["duckdb_open"], "profile store")
+        report["embedder"] = _probe(
+            lambda: self._embedder.embed_query("health").shape == (self._embedder.dim,), "embedder"
+        )
         report["llm"] = _probe(lambda: bool(self._llm_handle.name.remote().result()), "llm")
-        parts = [*report["shards"], report["profile_store"], report["llm"]]
+        parts = [*report["shards"], report["profile_store"], report["embedder"], report["llm"]]
         report["ok"] = all(part["ok"] for part in parts)
         return report
 
