@@ -113,8 +113,9 @@ class _Client:
         self._label = label
         self._timeout = timeout_s
 
-    def _call(self, method: str, *args: Any) -> Any:
-        deadline = time.monotonic() + self._timeout
+    def _call(self, method: str, *args: Any, timeout_s: float | None = None) -> Any:
+        timeout = timeout_s or self._timeout
+        deadline = time.monotonic() + timeout
         while True:
             left = max(deadline - time.monotonic(), 0.001)
             try:
@@ -131,7 +132,7 @@ class _Client:
                 ) from None
             except GetTimeoutError:
                 raise StorageError(
-                    f"{self._label} did not answer {method} within {self._timeout:g} s; not acknowledged"
+                    f"{self._label} did not answer {method} within {timeout:g} s; not acknowledged"
                 ) from None
         if not ok:
             raise value
@@ -180,9 +181,10 @@ class ShardClient(_Client):
     def stats(self) -> dict[str, int]:
         return self._call("stats")  # type: ignore[no-any-return]
 
-    def health(self) -> dict[str, Any]:
-        """The actor's invariants (see :meth:`ShardActor.health`)."""
-        return self._call("health")  # type: ignore[no-any-return]
+    def health(self, timeout_s: float | None = None) -> dict[str, Any]:
+        """The actor's invariants (see :meth:`ShardActor.health`); ``timeout_s`` overrides the
+        call timeout (a shard just created may still be loading its files)."""
+        return self._call("health", timeout_s=timeout_s)  # type: ignore[no-any-return]
 
     def close(self) -> None:
         self._call("close")
@@ -205,9 +207,9 @@ class ProfileClient(_Client):
     def erase_user(self, user_id: str) -> int:
         return self._call("erase_user", user_id)  # type: ignore[no-any-return]
 
-    def health(self) -> dict[str, Any]:
+    def health(self, timeout_s: float | None = None) -> dict[str, Any]:
         """DuckDB open and answering."""
-        return self._call("health")  # type: ignore[no-any-return]
+        return self._call("health", timeout_s=timeout_s)  # type: ignore[no-any-return]
 
     def close(self) -> None:
         self._call("close")
@@ -248,7 +250,7 @@ def open_shards(settings: Settings, dim: int, embedder: str) -> list[ShardClient
     for shard_no, shard in enumerate(clients):
         # A named actor left over from an app on another data dir would serve the wrong files.
         expected = str(shard_dir(settings.storage.data_dir.resolve(), shard_no))
-        found = shard.health()["directory"]
+        found = shard.health(settings.serve.load_timeout_s)["directory"]
         if found != expected:
             raise ConfigError(
                 f"actor {shard_actor_name(shard_no)} in namespace {settings.serve.namespace!r} owns {found}, "
@@ -270,7 +272,7 @@ def open_profile(settings: Settings) -> ProfileClient:
     )
     client = ProfileClient(actor, "profile store", settings.serve.call_timeout_s)
     expected = str(settings.storage.data_dir.resolve() / "profile.duckdb")
-    if client.health()["path"] != expected:
+    if client.health(settings.serve.load_timeout_s)["path"] != expected:
         raise ConfigError(f"actor {PROFILE_ACTOR_NAME} owns another data dir's profile, not {expected}")
     return client
 

@@ -302,6 +302,11 @@ class ServeSettings(BaseModel):
     call_timeout_s: float = Field(
         default=30.0, gt=0, description="How long the ingress waits for a shard or profile actor call."
     )
+    load_timeout_s: float = Field(
+        default=900.0,
+        gt=0,
+        description="How long a starting app waits for a shard to load its files (~50 s per 1M facts here).",
+    )
 
 
 class Settings(BaseSettings):

@@ -27,6 +27,14 @@ class _Partition:
     facts: dict[int, Fact] = field(default_factory=dict)
     # Facts that may have to be skipped at search time (superseded, or with an expiry).
     maybe_hidden: int = 0
+    # Deleted facts whose rows are still in the index (see Partitions.remove).
+    dead: list[int] = field(default_factory=list)
+
+    def compact(self) -> None:
+        """Take the dead rows out of the index."""
+        if self.dead:
+            self.index.remove_ids(np.asarray(self.dead, dtype=np.int64))  # type: ignore[arg-type]
+            self.dead.clear()
 
 
 def _hides(fact: Fact) -> bool:
@@ -41,6 +49,7 @@ class Partitions:
         self._parts: dict[str, _Partition] = {}
         self._owner: dict[int, str] = {}
         self._expiry: list[ExpiryEntry] = []
+        self._dead: set[int] = set()  # ids whose rows wait for compaction: never handed out again
 
     def owner(self, fact_id: int) -> str | None:
         """The user owning ``fact_id``, or None."""
@@ -63,7 +72,12 @@ class Partitions:
         """A random positive 63-bit id not used here nor in ``taken``."""
         while True:
             candidate = secrets.randbits(63)
-            if candidate and candidate not in self._owner and candidate not in taken:
+            if (
+                candidate
+                and candidate not in self._owner
+                and candidate not in taken
+                and candidate not in self._dead
+            ):
                 return candidate
 
     def insert(self, facts: Sequence[Fact], vectors: np.ndarray) -> None:
@@ -86,7 +100,13 @@ class Partitions:
                     heapq.heappush(self._expiry, (fact.expire_at, fact.id))
 
     def remove(self, ids: Iterable[int]) -> list[int]:
-        """Remove facts by id; unknown ids are ignored. Returns the removed ids."""
+        """Remove facts by id; unknown ids are ignored. Returns the removed ids.
+
+        A removed fact is gone from the fact map at once; its row stays in the user's index,
+        skipped by search, until dead rows are a quarter of the index. FAISS's remove_ids costs
+        ~25 us a call however few rows go, and a sweep's batch touches thousands of users:
+        removing each at once spent over 80 % of a sweep there.
+        """
         by_user: dict[str, list[int]] = {}
         for fact_id in ids:
             user_id = self._owner.pop(fact_id, None)
@@ -95,17 +115,28 @@ class Partitions:
         removed: list[int] = []
         for user_id, user_ids in by_user.items():
             part = self._parts[user_id]
-            part.index.remove_ids(np.asarray(user_ids, dtype=np.int64))  # type: ignore[arg-type]
             for fact_id in user_ids:
                 part.maybe_hidden -= _hides(part.facts.pop(fact_id))
-            if not part.facts:
-                del self._parts[user_id]
             removed.extend(user_ids)
+            if not part.facts:
+                self._drop(user_id)
+                continue
+            part.dead.extend(user_ids)
+            self._dead.update(user_ids)
+            if 4 * len(part.dead) >= part.index.ntotal:
+                self._dead.difference_update(part.dead)
+                part.compact()
         return removed
+
+    def _drop(self, user_id: str) -> _Partition | None:
+        part = self._parts.pop(user_id, None)
+        if part is not None:
+            self._dead.difference_update(part.dead)
+        return part
 
     def drop_user(self, user_id: str) -> int:
         """Remove a whole partition; returns how many facts it held."""
-        part = self._parts.pop(user_id, None)
+        part = self._drop(user_id)
         if part is None:
             return 0
         for fact_id in part.facts:
@@ -129,15 +160,13 @@ class Partitions:
         part = self._parts.get(user_id)
         if part is None:
             return []
-        want = min(part.index.ntotal, k + part.maybe_hidden)
+        want = min(part.index.ntotal, k + part.maybe_hidden + len(part.dead))
         scores, ids = part.index.search(vector.reshape(1, -1), want)
         now = as_utc(now)
         hits: list[tuple[Fact, float]] = []
         for score, fact_id in zip(scores[0], ids[0], strict=True):
-            if fact_id < 0:
-                continue
-            fact = part.facts[int(fact_id)]
-            if fact.superseded_by is None and not fact.is_expired(now):
+            fact = part.facts.get(int(fact_id))  # None for padding (-1) and dead rows
+            if fact is not None and fact.superseded_by is None and not fact.is_expired(now):
                 hits.append((fact, float(score)))
                 if len(hits) == k:
                     break
@@ -178,7 +207,11 @@ class Partitions:
             ids = faiss.vector_to_array(part.index.id_map)
             flat = faiss.downcast_index(part.index.index)
             codes = faiss.vector_to_array(flat.codes)  # type: ignore[attr-defined]
-            blocks.append(codes.view(np.float32).reshape(-1, self.dim))
+            block = codes.view(np.float32).reshape(-1, self.dim)
+            if part.dead:
+                live = ~np.isin(ids, part.dead)
+                ids, block = ids[live], block[live]
+            blocks.append(block)
             facts.extend(part.facts[int(i)] for i in ids)
         return facts, np.vstack(blocks)
 
