@@ -282,7 +282,10 @@ class ServeSettings(BaseModel):
         default=16, ge=1, description="Most questions the embedder batches into one call."
     )
     embed_batch_wait_ms: float = Field(
-        default=2.0, ge=0, description="How long the embedder waits to fill a batch, in milliseconds."
+        # 0: a lone query runs at once; queries arriving while one runs still form the next batch.
+        default=0.0,
+        ge=0,
+        description="How long the embedder waits to fill a batch, in milliseconds.",
     )
     llm_gpus: float = Field(
         default=0.0,
