@@ -10,7 +10,7 @@ import numpy as np
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
-from memory_core.embedding import make_embedder
+from memory_core.embedding import Embedder, make_embedder
 from memory_core.settings import EmbedderSettings
 
 
@@ -55,9 +55,19 @@ class EmbedderDeployment:
 class RemoteEmbedder:
     """The embedder deployment seen as a :class:`~memory_core.embedding.Embedder`."""
 
-    def __init__(self, handle: DeploymentHandle, info: dict[str, Any]) -> None:
-        """Wrap ``handle``; ``info`` is what its ``info()`` returned (fetched by the async caller)."""
+    def __init__(
+        self, handle: DeploymentHandle, info: dict[str, Any], queries: Embedder | None = None
+    ) -> None:
+        """Wrap ``handle``; ``info`` is what its ``info()`` returned (fetched by the async caller).
+
+        Args:
+            handle: the embedder deployment.
+            info: its dimension, name and thresholds.
+            queries: an embedder in this process for questions (``serve.query_embedding =
+                "ingress"``); None sends questions to the deployment too.
+        """
         self._handle = handle
+        self._queries = queries
         self.dim: int = info["dim"]
         self.name: str = info["name"]
         self.default_threshold: float = info["default_threshold"]
@@ -69,11 +79,15 @@ class RemoteEmbedder:
         return self._handle.embed_passages.remote(list(texts)).result()  # type: ignore[no-any-return]
 
     def embed_query(self, text: str) -> np.ndarray:
-        """Embed one question (batched with other callers' on the deployment)."""
+        """Embed one question (here, or batched with other callers' on the deployment)."""
+        if self._queries is not None:
+            return self._queries.embed_query(text)
         return self._handle.embed_query.remote(text).result()  # type: ignore[no-any-return]
 
     def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
         """Embed several questions."""
+        if self._queries is not None:
+            return self._queries.embed_queries(texts)
         responses = [self._handle.embed_query.remote(t) for t in texts]
         return (
             np.vstack([r.result() for r in responses]) if responses else np.zeros((0, self.dim), np.float32)

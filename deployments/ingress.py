@@ -19,6 +19,7 @@ from deployments.embedder import RemoteEmbedder
 from deployments.llm import RemoteEngine
 from deployments.stores import ShardClient, open_profile, open_shards
 from deployments.sweeper import SweeperClient, open_sweeper
+from memory_core.embedding import make_embedder
 from memory_core.errors import LongmemError
 from memory_core.llm.structured import StructuredLLM
 from memory_core.service import MemoryService
@@ -38,7 +39,8 @@ class Ingress:
         # deployment handles are awaited. The store actors are checked with blocking calls: the
         # replica takes no requests before its constructor returns anyway.
         self._settings = settings
-        remote_embedder = RemoteEmbedder(embedder, await embedder.info.remote())
+        local = make_embedder(settings.embedder) if settings.serve.query_embedding == "ingress" else None
+        remote_embedder = RemoteEmbedder(embedder, await embedder.info.remote(), local)
         self._embedder = remote_embedder
         self._shards = open_shards(settings, remote_embedder.dim, remote_embedder.name)
         self._profiles = open_profile(settings)
@@ -79,8 +81,9 @@ class Ingress:
         for shard_no, shard in enumerate(self._shards):
             report["shards"].append(_probe(lambda s=shard: _shard_ok(s), f"shard {shard_no}"))
         report["profile_store"] = _probe(lambda: self._profiles.health()["duckdb_open"], "profile store")
+        # Texts to store always go to the deployment: probe it, not a local question embedder.
         report["embedder"] = _probe(
-            lambda: self._embedder.embed_query("health").shape == (self._embedder.dim,), "embedder"
+            lambda: self._embedder.embed_passages(["health"]).shape == (1, self._embedder.dim), "embedder"
         )
         report["llm"] = _probe(lambda: bool(self._llm_handle.name.remote().result()), "llm")
         parts = [*report["shards"], report["profile_store"], report["embedder"], report["llm"]]

@@ -15,7 +15,7 @@ import tomllib
 from datetime import time, timedelta
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, Field, SecretStr, field_validator
@@ -277,6 +277,13 @@ class ServeSettings(BaseModel):
         default=64,
         ge=1,
         description="Requests a replica works on at once (Serve's default of 5 caps ~50 rps).",
+    )
+    query_embedding: Literal["ingress", "deployment"] = Field(
+        # A Serve handle call from the ingress costs ~15-20 ms here (bench_serve): more than a
+        # USE query takes to embed, and half of an e5 one.
+        default="ingress",
+        description="Where recall questions are embedded: in the ingress replica (one hop less) or by the "
+        "embedder deployment (batched across requests). Texts to store always go to the deployment.",
     )
     embed_batch_size: int = Field(
         default=16, ge=1, description="Most questions the embedder batches into one call."
