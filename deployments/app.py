@@ -53,9 +53,8 @@ def llm_gpus(settings: Settings) -> float:
     (Ray hides GPUs from actors that reserve none, and vLLM would then find no device)."""
     if settings.serve.llm_gpus:
         return settings.serve.llm_gpus
-    engine = settings.llm.engine
-    wants_vllm = engine is LLMEngineName.VLLM or (engine is LLMEngineName.AUTO and gpu_visible())
-    return 1.0 if wants_vllm and gpu_visible() else 0.0
+    vllm = settings.llm.engine in (LLMEngineName.VLLM, LLMEngineName.AUTO)  # auto means vLLM on a GPU
+    return 1.0 if vllm and gpu_visible() else 0.0
 
 
 def app_builder(args: dict[str, str]) -> Application:

@@ -3,7 +3,6 @@ cluster-wide, whoever triggers it (its own schedule, the admin API, or ``jobs.ex
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ from ray.actor import ActorHandle
 from deployments.stores import actor_options, open_shards
 from memory_core.errors import ConfigError, LongmemError
 from memory_core.settings import Settings
+from memory_core.store.facts import read_manifest
 from memory_core.sweep import SweepLog, SweepRecord, SweepRunner, SweepScheduler, SweepTrigger
 
 SWEEPER_ACTOR_NAME = "longmem-sweeper"
@@ -25,10 +25,9 @@ def data_dir_embedder(data_dir: Path) -> tuple[int, str]:
     Raises:
         ConfigError: the data dir has no manifest yet (nothing was ever stored there).
     """
-    manifest = data_dir / "longmem.json"
-    if not manifest.exists():
-        raise ConfigError(f"{data_dir} holds no longmem data (no {manifest.name})")
-    found = json.loads(manifest.read_text())
+    found = read_manifest(data_dir)
+    if found is None:
+        raise ConfigError(f"{data_dir} holds no longmem data (no manifest)")
     return int(found["dim"]), str(found["embedder"])
 
 

@@ -13,7 +13,7 @@ from urllib.parse import quote
 
 import httpx
 
-from memory_core.errors import RemoteError
+from memory_core.evaluation.http import call_server
 from memory_core.settings import Settings
 
 
@@ -60,16 +60,6 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> None:
             signal.signal(sig, handler)
 
 
-def _post(client: httpx.Client, path: str, body: dict[str, Any]) -> dict[str, Any]:
-    try:
-        response = client.post(path, json=body)
-    except httpx.HTTPError as exc:
-        raise RemoteError(0, f"cannot reach {client.base_url}: {type(exc).__name__}") from None
-    if response.status_code >= 400:
-        raise RemoteError(response.status_code, response.text)
-    return response.json()  # type: ignore[no-any-return]
-
-
 def cmd_chat(settings: Settings, args: argparse.Namespace) -> None:
     """A terminal chat with memory: each turn shows which memories the reply was built from."""
     url = args.url or f"http://127.0.0.1:{settings.serve.port}"
@@ -84,7 +74,7 @@ def cmd_chat(settings: Settings, args: argparse.Namespace) -> None:
             message = line.strip()
             if not message:
                 break
-            out = _post(client, path, {"message": message, "session_id": args.session})
+            out = call_server(client, "POST", path, {"message": message, "session_id": args.session})
             for hit in out["memories"]:
                 print(f"  [memory {hit['score']:.2f}] {hit['text']}")
             for entry in out["profile"]:

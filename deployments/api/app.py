@@ -14,7 +14,8 @@ from fastapi.responses import JSONResponse, Response
 
 from deployments.api.auth import AuthError, Principal
 from deployments.api.dto import ErrorOut
-from deployments.api.metrics import CONTENT_TYPE, limit_body
+from deployments.api.limits import limit_body
+from deployments.api.metrics import CONTENT_TYPE
 from deployments.api.runtime import Runtime
 from memory_core.errors import (
     ConfigError,

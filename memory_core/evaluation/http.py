@@ -21,6 +21,23 @@ from memory_core.prompt import render_profile
 _GAUGE = re.compile(r"^(longmem_llm_calls|longmem_llm_seconds)\s+([0-9.eE+-]+)$", re.MULTILINE)
 
 
+def call_server(client: httpx.Client, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    """One call to a longmem server: the decoded JSON answer (or the text of a non-JSON one).
+
+    Raises:
+        RemoteError: the server is unreachable (status 0) or answered an error status.
+    """
+    try:
+        response = client.request(method, path, json=body)
+    except httpx.HTTPError as exc:
+        raise RemoteError(0, f"cannot reach {client.base_url}: {type(exc).__name__}: {exc}") from None
+    if response.status_code >= 400:
+        raise RemoteError(response.status_code, response.text)
+    if response.headers.get("content-type", "").startswith("application/json"):
+        return response.json()
+    return response.text
+
+
 class HttpTarget:
     """Runs scenario steps against ``base_url`` with an API key (admin, for the sweep steps)."""
 
@@ -30,18 +47,7 @@ class HttpTarget:
         self._now: datetime | None = None
 
     def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        try:
-            response = self._client.request(method, path, json=body)
-        except httpx.HTTPError as exc:
-            where = self._client.base_url
-            raise RemoteError(0, f"cannot reach {where}: {type(exc).__name__}: {exc}") from None
-        if response.status_code >= 400:
-            raise RemoteError(response.status_code, response.text)
-        return (
-            response.json()
-            if response.headers.get("content-type", "").startswith("application/json")
-            else response.text
-        )
+        return call_server(self._client, method, path, body)
 
     def _user(self, user_id: str) -> str:
         return "/v1/users/" + quote(user_id, safe="")

@@ -6,7 +6,7 @@ import json
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -73,6 +73,12 @@ class FactStore(UserFacts, Protocol):
         ...
 
 
+def read_manifest(data_dir: Path) -> dict[str, Any] | None:
+    """The settings a data dir was created with (format, shards, dim, embedder), or None if new."""
+    path = data_dir / _MANIFEST
+    return json.loads(path.read_text()) if path.exists() else None  # type: ignore[no-any-return]
+
+
 def open_manifest(data_dir: Path, shards: int, dim: int, embedder: str) -> None:
     """Create the data dir's manifest, or check that it matches these settings.
 
@@ -81,8 +87,8 @@ def open_manifest(data_dir: Path, shards: int, dim: int, embedder: str) -> None:
     """
     path = data_dir / _MANIFEST
     wanted = {"format": _FORMAT, "shards": shards, "dim": dim, "embedder": embedder}
-    if path.exists():
-        found = json.loads(path.read_text())
+    found = read_manifest(data_dir)
+    if found is not None:
         for key, value in wanted.items():
             if found.get(key) != value:
                 raise ConfigError(
