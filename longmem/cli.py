@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from longmem.bench_cli import add_bench, add_eval_locomo
 from longmem.serve_cli import add_commands
 from memory_core.clock import ManualClock, SystemClock
 from memory_core.errors import LongmemError
@@ -247,6 +248,8 @@ def _build_parser() -> argparse.ArgumentParser:
     cmd.add_argument("--url", help="run against this longmem server instead of in-process")
     cmd.add_argument("--api-key", help="the server's API key (admin: clock steps run the sweep)")
     cmd.set_defaults(func=cmd_eval_scenarios, throwaway=True, standalone=True)
+    add_eval_locomo(evaluate)
+    add_bench(sub)
     add_commands(sub)
     return parser
 

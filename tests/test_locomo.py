@@ -1,0 +1,220 @@
+"""The LoCoMo harness: parsing, scoring, the baselines, longmem's real write path, the command."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from longmem.cli import main
+from memory_core.embedding import Embedder
+from memory_core.errors import ValidationError
+from memory_core.evaluation.locomo import (
+    ConversationRun,
+    LongmemSystem,
+    RawTurnsSystem,
+    Retrieved,
+    WindowSystem,
+    evidence_recall,
+    load_locomo,
+    merge_top_k,
+    paired_turns,
+    parse_conversation,
+    parse_evidence,
+    parse_session_time,
+    score_system,
+)
+from memory_core.llm.base import LLMEngine
+from memory_core.llm.factory import make_engine
+from memory_core.settings import Settings
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "locomo"
+
+
+def _conversation() -> dict[str, object]:
+    """A small LoCoMo-shaped conversation: two sessions, four questions (one adversarial)."""
+    return {
+        "speaker_a": "Ana",
+        "speaker_b": "Ben",
+        "session_1_date_time": "1:56 pm on 8 May, 2023",
+        "session_1": [
+            {"speaker": "Ana", "dia_id": "D1:1", "text": "Hi Ben! How was your week?"},
+            {"speaker": "Ben", "dia_id": "D1:2", "text": "I adopted a beagle puppy named Max last Sunday."},
+            {
+                "speaker": "Ana",
+                "dia_id": "D1:3",
+                "text": "I started working as a nurse at the city hospital.",
+                "blip_caption": "a photo of a hospital entrance",
+            },
+        ],
+        "session_2_date_time": "10:04 am on 2 June, 2023",
+        "session_2": [
+            {
+                "speaker": "Ben",
+                "dia_id": "D2:1",
+                "text": "I am training for the Berlin marathon in September.",
+            },
+            {"speaker": "Ana", "dia_id": "D2:2", "text": "Nice! I am allergic to cats, so no cat for me."},
+        ],
+        "qa": [
+            {
+                "question": "What is the name of Ben's dog?",
+                "answer": "Max",
+                "evidence": ["D1:2"],
+                "category": 1,
+            },
+            {"question": "Where does Ana work?", "answer": "hospital", "evidence": ["D1:3"], "category": 4},
+            {
+                "question": "Which race is Ben training for, and what pet did he adopt?",
+                "answer": "x",
+                "evidence": ["D2:1; D1:2"],
+                "category": 2,
+            },
+            {
+                "question": "What is Ana allergic to?",
+                "evidence": ["D2:2"],
+                "category": 5,
+                "adversarial_answer": "x",
+            },
+        ],
+    }
+
+
+@pytest.fixture
+def locomo_dir(tmp_path: Path) -> Path:
+    folder = tmp_path / "locomo"
+    folder.mkdir()
+    (folder / "conv-1.json").write_text(json.dumps(_conversation()), encoding="utf-8")
+    return folder
+
+
+def test_parsing_keeps_order_dates_captions_and_evidence(locomo_dir: Path) -> None:
+    [conv] = load_locomo(locomo_dir)
+    assert conv.id == "conv-1" and conv.speakers == ("Ana", "Ben")
+    assert [s.number for s in conv.sessions] == [1, 2]
+    assert conv.sessions[1].at.isoformat() == "2023-06-02T10:04:00+00:00"
+    assert [t.dia_id for t in conv.turns] == ["D1:1", "D1:2", "D1:3", "D2:1", "D2:2"]
+    assert (
+        conv.turns[2].content.startswith("Ana: I started working")
+        and "hospital entrance" in conv.turns[2].text
+    )
+    assert conv.questions[2].evidence == ("D2:1", "D1:2")
+    assert parse_evidence(["D:11:26", "D", "D8:6; D9:17"]) == ("D11:26", "D8:6", "D9:17")
+    with pytest.raises(ValidationError):
+        parse_session_time("yesterday")
+    with pytest.raises(ValidationError):
+        parse_conversation("bad", {"speaker_a": "A"})
+    with pytest.raises(ValidationError):
+        load_locomo(locomo_dir / "missing")
+
+
+def test_limits_keep_only_questions_answerable_from_the_kept_sessions(locomo_dir: Path) -> None:
+    [conv] = load_locomo(locomo_dir)
+    one = conv.limited(sessions=1)
+    assert len(one.sessions) == 1 and [q.evidence for q in one.questions] == [("D1:2",), ("D1:3",)]
+    assert len(conv.limited(questions=2).questions) == 2
+    assert one.fingerprint != conv.fingerprint and conv.limited().fingerprint == conv.fingerprint
+
+
+def test_each_speaker_is_a_user_and_questions_go_to_the_speaker_they_name(locomo_dir: Path) -> None:
+    [conv] = load_locomo(locomo_dir)
+    assert conv.user_of("Ana") == "locomo-conv-1-Ana" and conv.user_of("Mary Jo") == "locomo-conv-1-Mary-Jo"
+    assert conv.asked_about("What is the name of Ben's dog?") == ("Ben",)
+    assert conv.asked_about("Where do ana and Ben live?") == ("Ana", "Ben")
+    assert conv.asked_about("Who bananas?") == ("Ana", "Ben")  # a word, not a name inside one
+    pairs = [(t.dia_id, b.dia_id if b else None) for t, b in paired_turns(conv.sessions[0])]
+    assert pairs == [("D1:1", None), ("D1:2", "D1:1"), ("D1:3", "D1:2")]
+    merged = merge_top_k([[Retrieved("a", (), 0.2), Retrieved("b", (), 0.9)], [Retrieved("c", (), 0.5)]], 2)
+    assert [r.text for r in merged] == ["b", "c"]
+
+
+def test_scoring_counts_covered_evidence_and_leaves_category_5_out_of_the_headline(locomo_dir: Path) -> None:
+    [conv] = load_locomo(locomo_dir)
+    assert evidence_recall(("D1:1", "D1:2"), [Retrieved("x", ("D1:2", "D9:9"))]) == 0.5
+    assert evidence_recall(("D1:1",), []) == 0.0
+    hit, miss = [Retrieved("a", ("D1:2",)), Retrieved("b", ("D2:1",))], [Retrieved("c", ("D1:1",))]
+    run = ConversationRun(conv.id, [hit, hit, hit, [Retrieved("d", ("D2:2",))]])
+    entry = score_system([conv], [run])
+    # cat 1: D1:2 found; cat 4: D1:3 missed; cat 2: both found; cat 5 found but not in the headline.
+    assert entry["by_category"] == {"1": 1.0, "2": 1.0, "4": 0.0, "5": 1.0}
+    assert entry["evidence_recall"] == round(2 / 3, 4) and entry["questions"] == 3
+    assert score_system([conv], [ConversationRun(conv.id, [miss] * 4)])["evidence_recall"] == 0.0
+
+
+def test_raw_turns_and_window_baselines(locomo_dir: Path, embedder: Embedder) -> None:
+    [conv] = load_locomo(locomo_dir)
+    raw = RawTurnsSystem(embedder).run(conv, k=2)
+    assert raw.memories == 5 and all(len(got) == 2 for got in raw.results)
+    assert raw.results[0][0].sources == ("D1:2",)
+    assert ("D1:3",) in [r.sources for r in raw.results[1]]
+    window = WindowSystem(turns=2).run(conv, k=5)
+    assert all([r.sources for r in got] == [("D2:1",), ("D2:2",)] for got in window.results)
+    assert score_system([conv], [window])["by_category"]["1"] == 0.0
+
+
+@pytest.fixture(scope="module")
+def qwen() -> Iterator[LLMEngine]:
+    engine = make_engine(Settings().llm)
+    yield engine
+    engine.close()
+
+
+def test_longmem_keeps_source_turns_and_resumes_without_new_llm_calls(
+    locomo_dir: Path, tmp_path: Path, embedder: Embedder, qwen: LLMEngine
+) -> None:
+    [conv] = load_locomo(locomo_dir)
+    system = LongmemSystem(Settings(), qwen, embedder, tmp_path / "work", progress=False)
+    first = system.run(conv.limited(sessions=1), k=3)
+    assert first.llm_calls > 0 and first.memories > 0 and first.extra["turn_errors"] == 0
+    sources = {s for got in first.results for r in got for s in r.sources}
+    assert sources and sources <= {"D1:1", "D1:2", "D1:3"}
+    # The dog question finds the memory written from Ben's turn.
+    assert "D1:2" in {s for r in first.results[0] for s in r.sources}
+    again = system.run(conv.limited(sessions=1), k=3)
+    assert again.llm_calls == first.llm_calls and again.ingest_seconds == first.ingest_seconds
+    assert [[r.text for r in got] for got in again.results] == [
+        [r.text for r in got] for got in first.results
+    ]
+
+
+def test_command_writes_the_report_and_plot(
+    locomo_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    report = tmp_path / "out" / "locomo.json"
+    code = main(
+        [
+            "eval",
+            "locomo",
+            str(locomo_dir),
+            "--systems",
+            "raw_turns,window",
+            "--k",
+            "2",
+            "--report",
+            str(report),
+            "--work-dir",
+            str(tmp_path / "work"),
+        ]
+    )
+    assert code == 0
+    data = json.loads(report.read_text())
+    assert data["k"] == 2 and set(data["systems"]) == {"raw_turns", "window"}
+    assert data["conversations"] == [{"id": "conv-1", "sessions": 2, "turns": 5, "questions": 4}]
+    for entry in data["systems"].values():
+        assert {"evidence_recall", "by_category", "memories", "llm_calls", "ingest_seconds"} <= set(entry)
+    assert report.with_suffix(".png").stat().st_size > 1000
+    assert "raw_turns" in capsys.readouterr().out
+    assert main(["eval", "locomo", str(locomo_dir), "--systems", "nope"]) == 2
+    assert main(["eval", "locomo", str(tmp_path / "empty")]) == 2
+
+
+@pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/datasets/locomo is not beside the project")
+def test_shared_dataset_loads_whole() -> None:
+    conversations = load_locomo(SHARED)
+    assert len(conversations) == 5
+    assert sum(len(c.turns) for c in conversations) == 2760
+    assert sum(len(c.questions) for c in conversations) == 999
+    # Two category-3 questions of conv-26 cite no turn: they cannot be scored and are left out.
+    assert sum(len(c.limited().questions) for c in conversations) == 997
