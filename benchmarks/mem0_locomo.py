@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.mem0_peer import RUNNER, LlamaServer, run_mem0
-from memory_core.evaluation.locomo import ConversationRun, LocomoConversation, Retrieved
+from memory_core.evaluation.locomo import ConversationRun, LocomoConversation, Retrieved, paired_turns
 from memory_core.llm.packaged import ensure_qwen
 from memory_core.settings import Settings
 from memory_core.store.fsutil import write_atomically
@@ -58,13 +58,26 @@ class Mem0System:
                         {
                             "at": s.at.isoformat(),
                             "turns": [
-                                {"dia_id": t.dia_id, "speaker": t.speaker, "text": t.text} for t in s.turns
+                                {
+                                    "dia_id": t.dia_id,
+                                    "speaker": t.speaker,
+                                    "user_id": conversation.user_of(t.speaker),
+                                    "text": t.text,
+                                    "context": before.text if before else "",
+                                }
+                                for t, before in paired_turns(s)
                             ],
                         }
                         for s in conversation.sessions
                     ],
                 },
-                "questions": questions,
+                "questions": [
+                    {
+                        "question": q,
+                        "user_ids": [conversation.user_of(s) for s in conversation.asked_about(q)],
+                    }
+                    for q in questions
+                ],
             }
             out = run_mem0("locomo", request, timeout_s=None)
             out["questions"] = questions

@@ -12,7 +12,9 @@ Subcommands:
 
 - ``locomo``: ingest one LoCoMo conversation turn by turn with ``Memory.add(infer=True)`` and
   answer its questions with ``Memory.search``; every memory carries the dia_id of the turn it
-  came from.
+  came from. Each turn names its ``user_id`` (one per speaker) and may carry ``context`` (the
+  other speaker's turn before it, passed as the assistant's message); each question lists the
+  ``user_ids`` to search, whose top-k lists are merged by score.
 - ``search``: insert precomputed vectors and payloads straight into mem0's FAISS store, shaped
   as mem0's own ``add`` stores them, and time ``Memory.search`` per probe.
 
@@ -279,7 +281,7 @@ def run_locomo(request: dict[str, Any]) -> dict[str, Any]:
     parse_failures = _ParseFailures()
     logging.getLogger("mem0.memory.main").addHandler(parse_failures)
     conversation = request["conversation"]
-    user_id = conversation["id"]
+    users = sorted({turn["user_id"] for session in conversation["sessions"] for turn in session["turns"]})
     k = int(request.get("k", 5))
 
     turns: list[dict[str, Any]] = []
@@ -293,10 +295,14 @@ def run_locomo(request: dict[str, Any]) -> dict[str, Any]:
             calls, tokens, failures = meter.calls, meter.tokens, len(parse_failures.messages)
             turn_started = time.perf_counter()
             record: dict[str, Any] = {"dia_id": turn["dia_id"]}
+            # Each speaker is a user of their own; the other speaker's turn before is context.
+            messages = [{"role": "user", "content": turn["text"]}]
+            if turn.get("context"):
+                messages.insert(0, {"role": "assistant", "content": turn["context"]})
             try:
                 added = memory.add(
-                    [{"role": "user", "content": f"{turn['speaker']}: {turn['text']}"}],
-                    user_id=user_id,
+                    messages,
+                    user_id=turn["user_id"],
                     metadata={
                         "dia_id": turn["dia_id"],
                         "session_at": session["at"],
@@ -318,15 +324,21 @@ def run_locomo(request: dict[str, Any]) -> dict[str, Any]:
             turns.append(record)
             if len(turns) % 5 == 0 or len(turns) == total:
                 _progress(
-                    f"{user_id}: {len(turns)}/{total} turns, {meter.calls} LLM calls, "
+                    f"{conversation['id']}: {len(turns)}/{total} turns, {meter.calls} LLM calls, "
                     f"{time.perf_counter() - started:.0f} s"
                 )
     ingest_seconds = time.perf_counter() - started
 
-    stored = memory.vector_store.list(filters={"user_id": user_id}, top_k=10**9)
+    stored = sum(len(memory.vector_store.list(filters={"user_id": u}, top_k=10**9)[0]) for u in users)
     results = []
     for question in request["questions"]:
-        hits = memory.search(question, top_k=k, filters={"user_id": user_id})["results"]
+        # Each listed user's top k, merged by score (higher is closer for mem0's FAISS store).
+        hits = [
+            hit
+            for user_id in question["user_ids"]
+            for hit in memory.search(question["question"], top_k=k, filters={"user_id": user_id})["results"]
+        ]
+        hits.sort(key=lambda hit: -(hit.get("score") or 0.0))
         results.append(
             [
                 {
@@ -334,12 +346,12 @@ def run_locomo(request: dict[str, Any]) -> dict[str, Any]:
                     "dia_ids": [hit["metadata"]["dia_id"]] if "dia_id" in (hit.get("metadata") or {}) else [],
                     "score": hit.get("score"),
                 }
-                for hit in hits
+                for hit in hits[:k]
             ]
         )
     return {
-        "id": user_id,
-        "memories": len(stored[0]),
+        "id": conversation["id"],
+        "memories": stored,
         "llm_calls": meter.calls,
         "llm_tokens": meter.tokens,
         "llm_prompt_tokens": meter.prompt_tokens,
