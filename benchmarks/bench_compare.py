@@ -41,7 +41,7 @@ import numpy as np
 from tqdm import tqdm
 
 from benchmarks.bench_store import latency_ms, noisy
-from benchmarks.serve_load import Probe, read_probes, stored
+from benchmarks.serve_load import Probe, bulk_user, read_probes, stored
 from memory_core.embedding import Embedder, make_embedder
 from memory_core.models import Layer, NewFact, Tag
 from memory_core.routing import shard_of
@@ -72,11 +72,6 @@ class Corpus:
     def text(self, i: int) -> str:
         """Text of synthetic fact ``i``."""
         return f"{self.probe_texts[int(self.sources[i])]} (note {i})"
-
-
-def bulk_user(n: int) -> str:
-    """User id of synthetic user ``n``."""
-    return f"user-{n:07d}"
 
 
 def make_corpus(size: int, probes: Sequence[Probe], embedder: Embedder, seed: int) -> Corpus:
