@@ -5,6 +5,10 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# mem0, the benchmark peer (benchmarks/mem0_peer.py), lives in its own environment so that its
+# pins never constrain longmem's; the tests run it for real, so `make test` builds it too.
+MEM0_VENV := .venv-mem0
+MEM0_STAMP := $(MEM0_VENV)/.installed
 # llama.cpp's default build is -march=native: on recent Xeons that turns on its AMX kernels,
 # which segfault on the first inference on virtualized Sapphire/Granite Rapids. The wheel is
 # built once for plain AVX2 (runs on any x86-64 of the last decade) and kept outside the
@@ -32,9 +36,9 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(BIN)/longmem serve --local-only
 
-test: $(STAMP)
+test: $(STAMP) $(MEM0_STAMP)
 	$(BIN)/python -m pytest -q
-	$(BIN)/ruff check memory_core deployments jobs longmem tests benchmarks
+	$(BIN)/ruff check memory_core deployments jobs longmem tests benchmarks peers
 	$(BIN)/mypy memory_core
 
 bench: $(STAMP)
@@ -42,14 +46,10 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.bench_store
 	$(BIN)/python -m benchmarks.bench_serve
 
-# mem0 as a benchmark peer (benchmarks/mem0_peer.py), in its own environment so that its pins
-# never constrain longmem's: `make mem0-env`.
-MEM0_VENV := .venv-mem0
-
 .PHONY: mem0-env
-mem0-env: $(MEM0_VENV)/.installed
+mem0-env: $(MEM0_STAMP)
 
-$(MEM0_VENV)/.installed: peers/mem0/requirements.txt
+$(MEM0_STAMP): peers/mem0/requirements.txt
 	$(PYTHON) -m venv $(MEM0_VENV)
 	$(MEM0_VENV)/bin/pip install --quiet --upgrade pip
 	$(MEM0_VENV)/bin/pip install --quiet -r peers/mem0/requirements.txt

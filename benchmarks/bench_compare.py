@@ -8,7 +8,11 @@ text the fact's with a note number. Many users saying similar things is what mak
 index with a user filter fail: the nearest facts to a question belong to other users.
 
 The questions are the data set's, each asked by its probe user; a question is answered when
-one of its relevant facts is among the top k returned. Systems, same data, same embedder:
+one of its relevant facts is among the top k returned. Each system is timed twice per question:
+``search`` is what an agent waits for (the question embedded, then searched), ``store_search``
+is the store alone with the question's vector given (embedded once, before timing), so the
+shared embedder's ~25 ms does not hide what the stores themselves cost. Systems, same data,
+same embedder:
 
 - ``longmem``: :class:`MemoryService` in this process (recall = embed + exact search in the
   user's partition + lexical fusion + profile read), after a bulk load into its shards;
@@ -17,7 +21,10 @@ one of its relevant facts is among the top k returned. Systems, same data, same 
 - ``longmem_http``: the Ray Serve app (``longmem serve``), bulk load into the shard actors,
   probe facts through ``POST /memories``, recall through ``POST /recall``, one client;
 - ``mem0``: mem0ai with its FAISS store in its own environment (``make mem0-env``), vectors
-  inserted into its store, questions through ``Memory.search(query, user_id=...)``.
+  inserted into its store, questions through ``Memory.search(query, filters={"user_id": ...})``,
+  store search through its FAISS store's ``search`` as ``Memory.search`` calls it.
+
+In ``store_search`` both stores are asked for :func:`store_fetch` candidates and the best k kept.
 
 Latencies are per question, one at a time, after warm-up; ratios are computed within the run.
 """
@@ -138,18 +145,32 @@ def score(
 
 
 def timed_answers(
-    asked: Sequence[tuple[str, str, frozenset[str]]], call: Callable[[str, str], list[str]], label: str
+    asked: Sequence[tuple[str, str, frozenset[str]]], call: Callable[[int], list[str]], label: str
 ) -> tuple[list[int], list[list[str]]]:
-    """Ask every question (after ``WARMUP`` untimed ones); nanoseconds per question and answers."""
-    for user, question, _ in asked[:WARMUP]:
-        call(user, question)
+    """Ask question ``i`` for every i (after ``WARMUP`` untimed ones); nanoseconds and answers."""
+    for i in range(min(WARMUP, len(asked))):
+        call(i)
     samples, answers = [], []
-    for user, question, _ in tqdm(asked, desc=label, unit="q", file=sys.stderr):
+    for i in tqdm(range(len(asked)), desc=label, unit="q", file=sys.stderr):
         began = time.perf_counter_ns()
-        got = call(user, question)
+        got = call(i)
         samples.append(time.perf_counter_ns() - began)
         answers.append(got)
     return samples, answers
+
+
+def store_fetch(k: int) -> int:
+    """Candidates each store is asked for in ``store_search``: what mem0's ``search`` asks its store."""
+    return max(k * 4, 60)
+
+
+def measured(
+    asked: Sequence[tuple[str, str, frozenset[str]]],
+    samples: Sequence[int],
+    answers: Sequence[Sequence[str]],
+) -> dict[str, Any]:
+    """Latency figures with the hit rate of the answers."""
+    return {**latency_ms(samples), **score(asked, answers)}
 
 
 def _settings(base: Settings, data_dir: Path, port: int) -> Settings:
@@ -163,9 +184,15 @@ def _settings(base: Settings, data_dir: Path, port: int) -> Settings:
 
 
 def run_longmem(
-    base: Settings, corpus: Corpus, probes: Sequence[Probe], embedder: Embedder, k: int, cutoff: datetime
+    base: Settings,
+    corpus: Corpus,
+    probes: Sequence[Probe],
+    embedder: Embedder,
+    k: int,
+    cutoff: datetime,
+    query_vectors: np.ndarray,
 ) -> dict[str, Any]:
-    """longmem in this process: bulk load, probe ingest, recall, sweep."""
+    """longmem in this process: bulk load, probe ingest, recall, store search, sweep."""
     data_dir = Path(tempfile.mkdtemp(prefix="longmem-bench-"))
     svc = open_local_service(_settings(base, data_dir, 0), embedder=embedder)
     try:
@@ -183,8 +210,15 @@ def run_longmem(
         asked = questions(probes)
         samples, answers = timed_answers(
             asked,
-            lambda user, q: [h.fact.text for h in svc.recall(user, q, k, at=at)],
+            lambda i: [h.fact.text for h in svc.recall(asked[i][0], asked[i][1], k, at=at)],
             f"longmem recall {corpus.size:,}",
+        )
+        store_samples, store_answers = timed_answers(
+            asked,
+            lambda i: [
+                f.text for f, _ in svc.facts.search(asked[i][0], query_vectors[i], store_fetch(k), at)[:k]
+            ],
+            f"longmem store search {corpus.size:,}",
         )
         began = time.perf_counter()
         record = svc.sweep(cutoff)
@@ -196,6 +230,7 @@ def run_longmem(
     return {
         "search": latency_ms(samples),
         **score(asked, answers),
+        "store_search": measured(asked, store_samples, store_answers),
         "bulk_load_s": round(load, 2),
         "ingest_facts_per_s": round(facts / ingest, 1),
         "sweep": {
@@ -247,12 +282,14 @@ def run_longmem_http(
                     client.post(f"/v1/users/{probe.user}/memories", json=body).raise_for_status()
             ingest = time.perf_counter() - began
 
-            def recall(user: str, question: str) -> list[str]:
+            asked = questions(probes)
+
+            def recall(i: int) -> list[str]:
+                user, question, _ = asked[i]
                 response = client.post(f"/v1/users/{user}/recall", json={"query": question, "k": k, "at": at})
                 response.raise_for_status()
                 return [m["text"] for m in response.json()["memories"]]
 
-            asked = questions(probes)
             samples, answers = timed_answers(asked, recall, f"longmem_http recall {corpus.size:,}")
     finally:
         if ray.is_initialized():
@@ -268,7 +305,9 @@ def run_longmem_http(
     }
 
 
-def run_mem0(corpus: Corpus, probes: Sequence[Probe], k: int, timeout_s: float) -> dict[str, Any]:
+def run_mem0(
+    corpus: Corpus, probes: Sequence[Probe], k: int, timeout_s: float, query_vectors: np.ndarray
+) -> dict[str, Any]:
     """mem0 with FAISS in its own environment, on the same vectors and texts."""
     from benchmarks.mem0_peer import run_mem0 as call_runner
 
@@ -276,6 +315,7 @@ def run_mem0(corpus: Corpus, probes: Sequence[Probe], k: int, timeout_s: float) 
     try:
         vectors = np.vstack([corpus.vectors, corpus.probe_vectors])
         np.save(work / "vectors.npy", vectors)
+        np.save(work / "queries.npy", query_vectors)
         with open(work / "payloads.jsonl", "w", encoding="utf-8") as out:
             for i in range(corpus.size):
                 row = {"id": f"s{i}", "user_id": bulk_user(int(corpus.owners[i])), "text": corpus.text(i)}
@@ -291,32 +331,41 @@ def run_mem0(corpus: Corpus, probes: Sequence[Probe], k: int, timeout_s: float) 
             "payloads": str(work / "payloads.jsonl"),
             "k": k,
             "probes": [{"user_id": user, "query": q} for user, q, _ in asked],
+            "query_vectors": str(work / "queries.npy"),
+            "store_fetch": store_fetch(k),
             "warmup": WARMUP,
         }
         out_json = call_runner("search", request, timeout_s)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     text_of = {f"p{n}": t for n, t in enumerate(corpus.probe_texts)}
-    answers = [[text_of.get(i, "") for i in ids] for ids in out_json["results"]]
-    samples = [int(ms * 1e6) for ms in out_json["latencies_ms"]]
+
+    def read(results: str, latencies: str) -> dict[str, Any]:
+        answers = [[text_of.get(i, "") for i in ids] for ids in out_json[results]]
+        return measured(asked, [int(ms * 1e6) for ms in out_json[latencies]], answers)
+
+    search = read("results", "latencies_ms")
     return {
-        "search": latency_ms(samples),
-        **score(asked, answers),
+        "search": {key: search[key] for key in ("p50", "p99", "mean")},
+        "hit_rate": search["hit_rate"],
+        "results_per_question": search["results_per_question"],
+        "store_search": read("store_results", "store_latencies_ms"),
         "insert_s": round(out_json["insert_seconds"], 2),
         "rss_mb": out_json.get("rss_mb"),
     }
 
 
 def ratios(entry: dict[str, Any]) -> dict[str, float]:
-    """p50 and p99 of each longmem system over mem0's at the same size."""
+    """p50 and p99 of each longmem system over mem0's at the same size, end to end and store only."""
     out: dict[str, float] = {}
     mem0 = entry.get("mem0")
     if not mem0:
         return out
     for name in ("longmem", "longmem_http"):
-        if name in entry:
-            for q in ("p50", "p99"):
-                out[f"{name}/mem0 {q}"] = round(entry[name]["search"][q] / mem0["search"][q], 3)
+        for part in ("search", "store_search"):
+            if part in entry.get(name, {}):
+                for q in ("p50", "p99"):
+                    out[f"{name}/mem0 {part} {q}"] = round(entry[name][part][q] / mem0[part][q], 4)
     return out
 
 
@@ -345,14 +394,17 @@ def run_bench(
     for size in sizes:
         print(f"== {size:,} facts over {max(1, size // FACTS_PER_USER):,} users ==", file=sys.stderr)
         corpus = make_corpus(size, probes, embedder, seed)
+        query_vectors = embedder.embed_queries([q for _, q, _ in questions(probes)])
         entry: dict[str, Any] = {"facts": size, "users": corpus.users, "systems": {}}
         for name in systems:
             if name == "longmem":
-                entry["systems"][name] = run_longmem(settings, corpus, probes, embedder, k, cutoff)
+                entry["systems"][name] = run_longmem(
+                    settings, corpus, probes, embedder, k, cutoff, query_vectors
+                )
             elif name == "longmem_http":
                 entry["systems"][name] = run_longmem_http(settings, corpus, probes, k, cutoff, port)
             elif name == "mem0":
-                entry["systems"][name] = run_mem0(corpus, probes, k, mem0_timeout_s)
+                entry["systems"][name] = run_mem0(corpus, probes, k, mem0_timeout_s, query_vectors)
             print(f"{name} at {size:,}: {json.dumps(entry['systems'][name])}", file=sys.stderr)
         entry["ratios"] = ratios(entry["systems"])
         report["sizes"].append(entry)
@@ -362,13 +414,18 @@ def run_bench(
 
 
 def report_table(report: dict[str, Any]) -> str:
-    """One line per size and system."""
-    lines = [f"{'facts':>10}  {'system':<13} {'p50 ms':>8} {'p99 ms':>8} {'hit rate':>9} {'answers':>8}"]
+    """One line per size and system: end to end, then the store alone where measured."""
+    lines = [
+        f"{'facts':>10}  {'system':<13} {'p50 ms':>8} {'p99 ms':>8} {'hit rate':>9} {'answers':>8}"
+        f" {'store p50':>10} {'store p99':>10}"
+    ]
     for entry in report["sizes"]:
         for name, s in entry["systems"].items():
+            store = s.get("store_search")
+            tail = f" {store['p50']:>10.3f} {store['p99']:>10.3f}" if store else ""
             lines.append(
                 f"{entry['facts']:>10,}  {name:<13} {s['search']['p50']:>8.2f} {s['search']['p99']:>8.2f}"
-                f" {s['hit_rate']:>9.3f} {s['results_per_question']:>8.2f}"
+                f" {s['hit_rate']:>9.3f} {s['results_per_question']:>8.2f}{tail}"
             )
         for label, value in entry["ratios"].items():
             lines.append(f"{entry['facts']:>10,}  {label}: {value}")

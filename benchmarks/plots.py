@@ -49,7 +49,7 @@ def plot_locomo(report: dict[str, Any], path: Path) -> list[Path]:
 
 
 def plot_bench(report: dict[str, Any], path: Path) -> list[Path]:
-    """Search latency (p50 and p99) and own-fact hit rate against store size, per system."""
+    """Search latency (p50 and p99; the store alone dotted) and own-fact hit rate against size."""
     sizes = report["sizes"]
     fig, (lat, hits) = plt.subplots(1, 2, figsize=(11, 4.5))
     for name in report["systems"]:
@@ -59,11 +59,15 @@ def plot_bench(report: dict[str, Any], path: Path) -> list[Path]:
         xs = [facts for facts, _ in points]
         lat.plot(xs, [e["search"]["p50"] for _, e in points], "o--", color=_color(name), alpha=0.6)
         lat.plot(xs, [e["search"]["p99"] for _, e in points], "o-", color=_color(name), label=f"{name} p99")
+        store = [(facts, e["store_search"]["p99"]) for facts, e in points if "store_search" in e]
+        if store:
+            label = f"{name} store p99"
+            lat.plot([f for f, _ in store], [v for _, v in store], "x:", color=_color(name), label=label)
         hits.plot(xs, [e["hit_rate"] for _, e in points], "o-", color=_color(name), label=name)
     lat.set_xscale("log")
     lat.set_yscale("log")
     lat.set_xlabel("facts in the store (100 per user)")
-    lat.set_ylabel("search latency, ms (solid p99, dashed p50)")
+    lat.set_ylabel("latency, ms (solid p99, dashed p50; dotted: store alone, p99)")
     lat.legend()
     lat.grid(alpha=0.3, which="both")
     hits.set_xscale("log")

@@ -8,82 +8,35 @@ are checked with an httpx MockTransport, plus one real refused connection.
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
-import sys
-import time
 import traceback
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from benchmarks.mem0_peer import LlamaServer, free_port
 from memory_core.errors import LLMUnavailableError
 from memory_core.llm.base import ChatMessage, LLMEngine
 from memory_core.llm.openai_engine import OpenAIEngine, SchemaDialect, choice_schema, decode_choice
 from memory_core.llm.packaged import smollm2_path
 from tests.engine_contract import ALL_CHECKS
 
-SERVER_START_S = 90.0
 SECRET = "sk-test-very-secret-0123456789"
 HI = [ChatMessage(role="user", content="hi")]
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait_ready(proc: subprocess.Popen[bytes], url: str, log: Path) -> None:
-    deadline = time.monotonic() + SERVER_START_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"llama_cpp.server exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-        try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.25)
-    pytest.fail(f"llama_cpp.server not ready after {SERVER_START_S}s:\n{log.read_text()[-3000:]}")
-
-
 @pytest.fixture(scope="module")
-def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """Base URL (with /v1) of a llama-cpp-python server on a free loopback port."""
-    port = _free_port()
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
+    """llama-cpp-python's server on a free loopback port (the one the mem0 peer is served by)."""
     log = tmp_path_factory.mktemp("llama-server") / "server.log"
-    with open(log, "wb") as sink:
-        proc = subprocess.Popen(
-            [
-                sys.executable, "-m", "llama_cpp.server",
-                "--model", str(smollm2_path()),
-                "--host", "127.0.0.1", "--port", str(port),
-                "--n_ctx", "2048", "--n_threads", "2", "--seed", "0",
-            ],
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )  # fmt: skip
-    try:
-        base = f"http://127.0.0.1:{port}/v1"
-        _wait_ready(proc, f"{base}/models", log)
-        yield base
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=15)
+    with LlamaServer(smollm2_path(), n_ctx=2048, log_path=log) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
-def engine(server_url: str) -> Iterator[OpenAIEngine]:
-    eng = OpenAIEngine(server_url, model="smollm2")  # default 120 s: the 2-core CI box may be busy
+def engine(server: LlamaServer) -> Iterator[OpenAIEngine]:
+    eng = OpenAIEngine(server.url, model=server.model)  # default 120 s: the 2-core CI box may be busy
     yield eng
     eng.close()
 
@@ -245,7 +198,7 @@ def test_not_a_chat_completion_is_unavailable() -> None:
 
 
 def test_real_refused_connection_is_unavailable() -> None:
-    eng = OpenAIEngine(f"http://127.0.0.1:{_free_port()}/v1", "m", api_key=SECRET, timeout_s=5)
+    eng = OpenAIEngine(f"http://127.0.0.1:{free_port()}/v1", "m", api_key=SECRET, timeout_s=5)
     with pytest.raises(LLMUnavailableError, match="cannot reach") as info:
         eng.complete_json(HI, {"type": "object"}, max_tokens=8)
     assert SECRET not in str(info.value)

@@ -116,6 +116,14 @@ def test_limits_keep_only_questions_answerable_from_the_kept_sessions(locomo_dir
     assert len(one.sessions) == 1 and [q.evidence for q in one.questions] == [("D1:2",), ("D1:3",)]
     assert len(conv.limited(questions=2).questions) == 2
     assert one.fingerprint != conv.fingerprint and conv.limited().fingerprint == conv.fingerprint
+    # A turn cap runs across sessions: the second session is cut after its first turn.
+    four = conv.limited(turns=4)
+    assert [t.dia_id for t in four.turns] == ["D1:1", "D1:2", "D1:3", "D2:1"]
+    assert [q.evidence for q in four.questions] == [("D1:2",), ("D1:3",), ("D2:1", "D1:2")]
+    assert [t.dia_id for t in conv.limited(sessions=1, turns=2).turns] == ["D1:1", "D1:2"]
+    assert [c.id for c in load_locomo(locomo_dir, ids=["conv-1"])] == ["conv-1"]
+    with pytest.raises(ValidationError, match="no conversation conv-9"):
+        load_locomo(locomo_dir, ids=["conv-9"])
 
 
 def test_each_speaker_is_a_user_and_questions_go_to_the_speaker_they_name(locomo_dir: Path) -> None:
@@ -208,6 +216,16 @@ def test_command_writes_the_report_and_plot(
     assert "raw_turns" in capsys.readouterr().out
     assert main(["eval", "locomo", str(locomo_dir), "--systems", "nope"]) == 2
     assert main(["eval", "locomo", str(tmp_path / "empty")]) == 2
+    assert main(["eval", "locomo", str(locomo_dir), "--conversation", "conv-9"]) == 2
+    with pytest.raises(SystemExit) as exc:
+        main(["eval", "locomo", str(locomo_dir), "--turns", "0"])
+    assert exc.value.code == 2
+    limited = tmp_path / "out" / "limited.json"
+    argv = ["eval", "locomo", str(locomo_dir), "--systems", "raw_turns", "--conversation", "conv-1"]
+    assert main([*argv, "--turns", "3", "--report", str(limited), "--work-dir", str(tmp_path / "w")]) == 0
+    data = json.loads(limited.read_text())
+    assert data["limits"] == {"only": ["conv-1"], "turns": 3}
+    assert data["conversations"] == [{"id": "conv-1", "sessions": 1, "turns": 3, "questions": 2}]
 
 
 @pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/datasets/locomo is not beside the project")

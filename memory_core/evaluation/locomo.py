@@ -116,9 +116,18 @@ class LocomoConversation:
         ]
         return tuple(named) if len(named) == 1 else self.speakers
 
-    def limited(self, sessions: int | None = None, questions: int | None = None) -> LocomoConversation:
-        """The first ``sessions`` sessions and the first ``questions`` questions answerable from them."""
-        kept = self.sessions[:sessions] if sessions else self.sessions
+    def limited(
+        self, sessions: int | None = None, questions: int | None = None, turns: int | None = None
+    ) -> LocomoConversation:
+        """The first ``sessions`` sessions cut after ``turns`` turns in all, and the first
+        ``questions`` questions answerable from what is kept."""
+        kept: list[LocomoSession] = []
+        budget = turns if turns else sum(len(s.turns) for s in self.sessions)
+        for session in self.sessions[:sessions] if sessions else self.sessions:
+            if budget <= 0:
+                break
+            kept.append(replace(session, turns=session.turns[:budget]))
+            budget -= len(kept[-1].turns)
         ids = {turn.dia_id for session in kept for turn in session.turns}
         asked = [q for q in self.questions if q.evidence and set(q.evidence) <= ids]
         return replace(self, sessions=tuple(kept), questions=tuple(asked[:questions] if questions else asked))
@@ -179,15 +188,28 @@ def parse_conversation(conv_id: str, data: dict[str, Any]) -> LocomoConversation
     return LocomoConversation(conv_id, speakers, sessions, questions)
 
 
-def load_locomo(directory: Path, limit: int | None = None) -> list[LocomoConversation]:
+def load_locomo(
+    directory: Path, limit: int | None = None, ids: Sequence[str] | None = None
+) -> list[LocomoConversation]:
     """The conversations ``conv-*.json`` of ``directory``, sorted by name, at most ``limit``.
 
+    Args:
+        directory: the data set's folder.
+        limit: keep the first ``limit`` conversations.
+        ids: keep only these conversations (file names without ``.json``, e.g. ``conv-30``).
+
     Raises:
-        ValidationError: the directory holds no conversation or a file is malformed.
+        ValidationError: the directory holds no conversation, an id names none, or a file is
+            malformed.
     """
     files = sorted(directory.glob("conv-*.json"))
     if not files:
         raise ValidationError(f"no LoCoMo conversations (conv-*.json) in {directory}")
+    if ids:
+        missing = sorted(set(ids) - {f.stem for f in files})
+        if missing:
+            raise ValidationError(f"no conversation {', '.join(missing)} in {directory}")
+        files = [f for f in files if f.stem in ids]
     out = []
     for path in files[:limit] if limit else files:
         try:

@@ -16,7 +16,8 @@ Subcommands:
   other speaker's turn before it, passed as the assistant's message); each question lists the
   ``user_ids`` to search, whose top-k lists are merged by score.
 - ``search``: insert precomputed vectors and payloads straight into mem0's FAISS store, shaped
-  as mem0's own ``add`` stores them, and time ``Memory.search`` per probe.
+  as mem0's own ``add`` stores them, and time ``Memory.search`` per probe, then the store's
+  own ``search`` with the probe's vector given (``store_latencies_ms``).
 
 What mem0 2.2.1 does, read from its source (paths under site-packages/mem0/):
 
@@ -446,17 +447,50 @@ def run_search(request: dict[str, Any]) -> dict[str, Any]:
         results.append([hit["id"] for hit in hits])
         if n % 100 == 0 or n == len(probes):
             _progress(f"searched {n}/{len(probes)}, median {float(np.median(latencies_ms)):.1f} ms")
+    store_latencies_ms, store_results = _store_search(store, request, k)
     return {
         "insert_seconds": round(insert_seconds, 3),
         "count": store.col_info()["count"],
         "batch": batch,
         "latencies_ms": [round(ms, 4) for ms in latencies_ms],
         "results": results,
+        "store_latencies_ms": [round(ms, 4) for ms in store_latencies_ms],
+        "store_results": store_results,
         "rss_mb": rss_mb,
         "peak_rss_mb": _peak_rss_mb(),
         "python": sys.version,
         "mem0": mem0.__version__,
     }
+
+
+def _store_search(store: Any, request: dict[str, Any], k: int) -> tuple[list[float], list[list[str]]]:
+    """Time the FAISS store's own ``search`` per probe, the question's vector given.
+
+    ``Memory.search`` embeds the question and then calls ``vector_store.search`` with
+    ``top_k=max(k * 4, 60)`` and the user filter (``request["store_fetch"]``); this times that
+    call alone and keeps the k best, so the embedder's cost is left out of the comparison.
+    """
+    probes = request["probes"]
+    vectors = np.load(request["query_vectors"]).astype(np.float32)
+    if vectors.shape != (len(probes), DIM):
+        raise ValueError(f"query_vectors must be {len(probes)} x {DIM}, got {vectors.shape}")
+    fetch = int(request["store_fetch"])
+
+    def search(n: int) -> list[Any]:
+        filters = {"user_id": probes[n]["user_id"]}
+        return list(store.search(query=probes[n]["query"], vectors=vectors[n], top_k=fetch, filters=filters))
+
+    for n in range(min(int(request.get("warmup", 20)), len(probes))):
+        search(n)
+    latencies_ms: list[float] = []
+    results: list[list[str]] = []
+    for n in range(len(probes)):
+        began = time.perf_counter()
+        hits = search(n)
+        latencies_ms.append((time.perf_counter() - began) * 1000)
+        results.append([str(hit.id) for hit in hits[:k]])  # FAISS order: nearest first
+    _progress(f"store search: median {float(np.median(latencies_ms)):.3f} ms")
+    return latencies_ms, results
 
 
 SUBCOMMANDS = {"locomo": run_locomo, "search": run_search}
