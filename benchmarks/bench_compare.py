@@ -173,11 +173,12 @@ def measured(
     return {**latency_ms(samples), **score(asked, answers)}
 
 
-def _settings(base: Settings, data_dir: Path, port: int) -> Settings:
+def _settings(base: Settings, data_dir: Path, port: int | None = None) -> Settings:
+    """The bench's settings on ``data_dir``: no snapshots, no scheduled sweep, Serve on ``port``."""
     return base.model_copy(
         update={
             "storage": StorageSettings(data_dir=data_dir, shards=base.storage.shards, snapshot_every=10**9),
-            "serve": ServeSettings(local_only=True, port=port, namespace="longmem-bench"),
+            "serve": ServeSettings(local_only=True, port=port or base.serve.port, namespace="longmem-bench"),
             "sweep": SweepSettings(schedule_every=timedelta(0)),
         }
     )
@@ -194,7 +195,7 @@ def run_longmem(
 ) -> dict[str, Any]:
     """longmem in this process: bulk load, probe ingest, recall, store search, sweep."""
     data_dir = Path(tempfile.mkdtemp(prefix="longmem-bench-"))
-    svc = open_local_service(_settings(base, data_dir, 0), embedder=embedder)
+    svc = open_local_service(_settings(base, data_dir), embedder=embedder)
     try:
         began = time.perf_counter()
         for start in tqdm(range(0, corpus.size, LOAD_BATCH), desc="longmem load", file=sys.stderr):

@@ -66,7 +66,8 @@ class LlamaCppEngine:
             raise LLMUnavailableError(f"cannot load {model_path}: {exc}") from exc
         # Prompts of the write path share long few-shot prefixes but alternate (judge, extract,
         # resolve); a RAM cache of evaluated states lets each reuse its own prefix.
-        self._llm.set_cache(prefix_cache(cache_bytes))
+        self._cache = prefix_cache(cache_bytes)
+        self._llm.set_cache(self._cache)
         self._grammar = LlamaGrammar
         self._grammars: dict[str, Any] = {}
         self._lock = threading.Lock()
@@ -116,7 +117,7 @@ class LlamaCppEngine:
     def cached_bytes(self) -> int:
         """Bytes held by the cache of evaluated prompt states (at most ``cache_bytes``)."""
         with self._lock:
-            return int(self._llm.cache.stored_bytes)
+            return int(self._cache.stored_bytes)
 
     def close(self) -> None:
         """Free the model."""
