@@ -67,7 +67,7 @@ def plot_bench(report: dict[str, Any], path: Path) -> list[Path]:
     lat.set_xscale("log")
     lat.set_yscale("log")
     lat.set_xlabel("facts in the store (100 per user)")
-    lat.set_ylabel("latency, ms (solid p99, dashed p50; dotted: store alone, p99)")
+    lat.set_ylabel("ms: p99 solid, p50 dashed, store p99 dotted")
     lat.legend()
     lat.grid(alpha=0.3, which="both")
     hits.set_xscale("log")
