@@ -341,16 +341,16 @@ def run_mem0(
         shutil.rmtree(work, ignore_errors=True)
     text_of = {f"p{n}": t for n, t in enumerate(corpus.probe_texts)}
 
-    def read(results: str, latencies: str) -> dict[str, Any]:
-        answers = [[text_of.get(i, "") for i in ids] for ids in out_json[results]]
-        return measured(asked, [int(ms * 1e6) for ms in out_json[latencies]], answers)
+    def answers(key: str) -> list[list[str]]:
+        return [[text_of.get(i, "") for i in ids] for ids in out_json[key]]
 
-    search = read("results", "latencies_ms")
+    def samples(key: str) -> list[int]:
+        return [int(ms * 1e6) for ms in out_json[key]]
+
     return {
-        "search": {key: search[key] for key in ("p50", "p99", "mean")},
-        "hit_rate": search["hit_rate"],
-        "results_per_question": search["results_per_question"],
-        "store_search": read("store_results", "store_latencies_ms"),
+        "search": latency_ms(samples("latencies_ms")),
+        **score(asked, answers("results")),
+        "store_search": measured(asked, samples("store_latencies_ms"), answers("store_results")),
         "insert_s": round(out_json["insert_seconds"], 2),
         "rss_mb": out_json.get("rss_mb"),
     }
