@@ -32,6 +32,7 @@ class EmbedderDeployment:
             "default_threshold": e.default_threshold,
             "related_threshold": e.related_threshold,
             "duplicate_threshold": e.duplicate_threshold,
+            "echo_margin": e.echo_margin,
         }
 
     @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.002)
@@ -73,6 +74,7 @@ class RemoteEmbedder:
         self.default_threshold: float = info["default_threshold"]
         self.related_threshold: float = info["related_threshold"]
         self.duplicate_threshold: float = info["duplicate_threshold"]
+        self.echo_margin: float = info["echo_margin"]
 
     def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
         """Embed texts to be stored."""

@@ -167,3 +167,45 @@ def test_event_said_with_a_near_time_cue_is_temporary(svc: MemoryService, engine
     (sister,) = svc.ingest("u", "s", [_user("My sister lives in Berlin, I visit her right now and then")])
     assert boarding.facts[0].expire_at == svc.clock.now() + svc.settings.temporary_ttl.event
     assert sister.facts[0].expire_at is None  # only events are made temporary by the cue
+
+
+def _reply(context: str, message: str) -> list[Turn]:
+    return [Turn(role=Role.ASSISTANT, content=context), _user(message)]
+
+
+def test_facts_echoing_what_the_other_party_said_of_themselves_are_dropped(
+    svc: MemoryService, engine: ScriptedEngine
+) -> None:
+    # The scripted extractor makes the small model's mistake: the partner's own news comes back
+    # as the user's. The real embedder tells them apart from the user's words.
+    engine.script(
+        "extract",
+        facts_json(
+            ("User lost their job as a banker yesterday", "identity", "fact", False),
+            ("User is passionate about dancing", "preference", "fact", False),
+            ("User lost their job at Door Dash this month", "identity", "fact", False),
+        ),
+    )
+    (outcome,) = svc.ingest(
+        "u",
+        "s",
+        _reply(
+            "Lost my job as a banker yesterday, so I'm starting a dance studio 'cause I'm passionate "
+            "about dancing.",
+            "Sorry about your job, Jon! Unfortunately, I also lost my job at Door Dash this month.",
+        ),
+    )
+    assert [f.text for f in outcome.facts] == ["User lost their job at Door Dash this month"]
+    assert outcome.echoes == 2
+
+
+def test_facts_drawn_from_a_question_the_user_answers_are_kept(
+    svc: MemoryService, engine: ScriptedEngine
+) -> None:
+    engine.script("extract", facts_json(("User no longer lives in Paris", "identity", "fact", False)))
+    engine.script("extract", facts_json(("User has two cats", "identity", "fact", False)))
+    # Nearer to the question than to "No, I moved." — but a question says nothing of its asker.
+    (moved,) = svc.ingest("u", "s", _reply("Are you still living in Paris?", "No, I moved last spring."))
+    (cats,) = svc.ingest("u", "s", _reply("Do you have any pets at home?", "Yes, two cats."))
+    assert [f.text for f in moved.facts + cats.facts] == ["User no longer lives in Paris", "User has two cats"]
+    assert moved.echoes == cats.echoes == 0

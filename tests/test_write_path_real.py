@@ -92,3 +92,25 @@ def test_preferences_go_to_the_profile_and_forget_by_words(svc: MemoryService) -
     assert result.facts and result.reply.startswith("好的")
     recalled = " ".join(h.fact.text for h in svc.recall("p-user", "我下周去哪里出差？"))
     assert "上海" not in recalled and "静安" not in recalled
+
+
+def test_only_the_speakers_own_words_become_their_memories(svc: MemoryService) -> None:
+    # Two people chatting (as in LoCoMo): the other one's news comes as the assistant's turn.
+    outcomes = svc.ingest(
+        "chat-user",
+        "s1",
+        _turns(
+            ("user", "Hey Jon! Good to see you. What's up? Anything new?"),
+            (
+                "assistant",
+                "Hey Gina! Lost my job as a banker yesterday, so I'm gonna take a shot at starting my own "
+                "dance studio.",
+            ),
+            ("user", "Sorry about your job Jon! Unfortunately, I also lost my job at Door Dash this month."),
+        ),
+    )
+    greeting, news = outcomes
+    assert greeting.facts == [] and svc.profile("chat-user") == []
+    texts = " ".join(f.text for f in news.facts)
+    assert "Door Dash" in texts
+    assert "banker" not in texts and "dance" not in texts and "Jon" not in texts

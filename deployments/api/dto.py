@@ -103,6 +103,7 @@ class TurnResult(BaseModel):
     memories: list[FactOut] = Field(description="Memories written.")
     profile_entries: int
     duplicates: int
+    echoes: int = Field(description="Extracted facts dropped as the other party's words, not the user's.")
     superseded: list[MemoryId]
     forgotten: list[MemoryId] = Field(description="Memories a forget request in this turn deleted.")
     error: str | None
@@ -117,6 +118,7 @@ class TurnResult(BaseModel):
             memories=[FactOut.of(f) for f in outcome.facts],
             profile_entries=outcome.profile_entries,
             duplicates=outcome.duplicates,
+            echoes=outcome.echoes,
             superseded=[str(i) for i in outcome.superseded],
             forgotten=[str(f.id) for f in forgotten],
             error=outcome.error,

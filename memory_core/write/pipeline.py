@@ -19,6 +19,7 @@ from memory_core.store.facts import FactStore
 from memory_core.store.profile import ProfileStore
 from memory_core.write.analyze import TurnAnalyzer, has_near_time_cue, is_forget_request
 from memory_core.write.forget import ForgetResult, Forgetter
+from memory_core.write.prefilter import speaks_of_self
 from memory_core.write.prompts import resolve_messages
 from memory_core.write.schemas import RELATIONS, ExtractedFact
 
@@ -34,6 +35,7 @@ class TurnOutcome:
     facts: list[Fact] = field(default_factory=list)
     profile_entries: int = 0
     duplicates: int = 0
+    echoes: int = 0  # extracted facts dropped as the other party's words, not the user's
     superseded: list[int] = field(default_factory=list)
     forgotten: ForgetResult | None = None
     llm_calls: int = 0
@@ -50,6 +52,7 @@ class _Plan:
     replaces: dict[int, int] = field(default_factory=dict)  # index in ``new`` -> old fact id
     profile: list[ExtractedFact] = field(default_factory=list)
     duplicates: int = 0
+    echoes: int = 0
 
 
 class WritePath:
@@ -111,7 +114,7 @@ class WritePath:
                 outcome.skipped = verdict.skipped.value if verdict.skipped else "judge"
                 return outcome
             extracted = self._analyzer.extract(turn.content, context, at)
-            plan = self._plan(user_id, extracted, at)
+            plan = self._plan(user_id, extracted, at, turn.content, context)
         except LLMError as exc:
             log.warning("turn %r of user %r not written: %s", turn.turn_id, user_id, exc)
             outcome.skipped, outcome.error = "error", str(exc)
@@ -119,12 +122,18 @@ class WritePath:
         self._apply(user_id, turn, plan, at, outcome)
         return outcome
 
-    def _plan(self, user_id: str, extracted: list[ExtractedFact], at: datetime) -> _Plan:
+    def _plan(
+        self, user_id: str, extracted: list[ExtractedFact], at: datetime, message: str, context: str
+    ) -> _Plan:
         plan = _Plan()
         fact_items = [f for f in extracted if f.layer == "fact"]
         plan.profile = [f for f in extracted if f.layer == "profile"]
         vectors = self._embedder.embed_passages([f.text for f in fact_items])
-        for item, vector in zip(fact_items, vectors, strict=True):
+        echoes = self._echoes(message, context, vectors)
+        for item, vector, echo in zip(fact_items, vectors, echoes, strict=True):
+            if echo:
+                plan.echoes += 1
+                continue
             if any(float(vector @ v) >= self._embedder.duplicate_threshold for _, v in plan.new):
                 plan.duplicates += 1
                 continue
@@ -149,6 +158,16 @@ class WritePath:
                     plan.replaces[len(plan.new)] = old.id
             plan.new.append((item, vector))
         return plan
+
+    def _echoes(self, message: str, context: str, vectors: np.ndarray) -> np.ndarray:
+        # The small model also writes down what the other party said of themselves (their "I lost
+        # my job" becomes "User lost their job"): a fact nearer to their words than to the user's
+        # own is theirs. Context that speaks of no one in the first person ("Do you have pets?")
+        # only frames the reply, so facts drawn from it stand.
+        if len(vectors) == 0 or not context or not speaks_of_self(context):
+            return np.zeros(len(vectors), dtype=bool)
+        said, heard = self._embedder.embed_passages([message, context])
+        return np.asarray(vectors @ heard - vectors @ said > self._embedder.echo_margin)
 
     def _expiry(self, item: ExtractedFact, message: str, at: datetime) -> datetime | None:
         # An event said with a near-time cue ("right now", "下周二") is temporary even when the
@@ -185,3 +204,4 @@ class WritePath:
             self._profiles.upsert(user_id, item.text, turn.turn_id or "conversation", at)
         outcome.profile_entries = len(plan.profile)
         outcome.duplicates = plan.duplicates
+        outcome.echoes = plan.echoes

@@ -60,6 +60,11 @@ def _folded(text: str) -> str:
     return unicodedata.normalize("NFKC", text).casefold().strip()
 
 
+def speaks_of_self(text: str) -> bool:
+    """Whether ``text`` has its speaker talking about themselves (a first-person word)."""
+    return _FIRST_PERSON.search(unicodedata.normalize("NFKC", text)) is not None
+
+
 def prefilter(text: str) -> SkipReason | None:
     """Return why ``text`` can be skipped without an LLM call, or None if the judge must see it."""
     folded = _folded(text)

@@ -15,17 +15,24 @@ from memory_core.text import has_cjk
 JUDGE_SYSTEM = (
     "You decide whether a user's chat message tells something about the user that a personal "
     "assistant should remember for future conversations: facts about them (job, company, city, family, "
-    "pets, health, allergies, projects, problems they want solved), their preferences and dislikes, how "
-    "they want to be answered, their plans and schedule. Answer no for greetings, thanks, small talk, "
-    "jokes, weather chat, general knowledge questions, and task requests that reveal nothing about the "
-    "user. Answer only yes or no."
+    "pets, health, allergies, hobbies, projects, problems they want solved), their preferences and "
+    "dislikes, how they want to be answered, their plans and schedule. Answer yes when the message says "
+    "any such thing, even inside a greeting or next to a question. Answer no when it only greets, thanks, "
+    "compliments, reacts or asks the other person something, for small talk, jokes, weather chat, general "
+    "knowledge questions, and task requests that reveal nothing about the user. Answer only yes or no."
 )
 JUDGE_SHOTS = [
     ("I'm a nurse and I work night shifts.", "yes"),
     ("What's the capital of France?", "no"),
     ("Please don't use emojis when you answer me.", "yes"),
+    ("Hey Sam! Good to see you! How have you been?", "no"),
+    ("Hi Anna! I've been swamped with my twins and my new job. What's new with you?", "yes"),
     ("Translate 'good morning' into Spanish.", "no"),
+    ("Stop suggesting paid add-ons to me.", "yes"),
+    ("Wow, that's great! What kind of job are you looking for?", "no"),
+    ("Me too! Hiking is how I relax after work.", "yes"),
     ("Haha, that's a good one. It's so sunny today!", "no"),
+    ("Yes, two kids, both in primary school.", "yes"),
     ("I'm at the station right now, my train leaves in ten minutes.", "yes"),
     ("我下周三要去北京开会。", "yes"),
     ("今天天气不错，哈哈。", "no"),
@@ -38,17 +45,19 @@ EXTRACT_SYSTEM = (
     "You extract memories about the user from one chat message, for a personal assistant's long-term "
     'memory. Output JSON {"facts": [...]}; an empty list when the message holds nothing about the user.\n'
     "Rules:\n"
+    "- Only what the user's message says about the user or asks of the assistant. The assistant's "
+    'previous message is given only to understand a short reply ("yes", "mostly after-sales"): '
+    "what the assistant says about itself or others is never a fact about the user.\n"
     "- Each fact is one short sentence about the user, written in the SAME language as the message "
     "(English message: 'User ...'; Chinese message: '用户...'). Keep names, places and numbers exactly.\n"
     "- tag: identity (who they are: job, company, city, family, health, allergies), preference (likes, "
-    "dislikes, style), requirement (what they need or want solved), event (plans, trips, meetings, "
-    "appointments, where they are now), other.\n"
-    "- layer: profile only for how the assistant should reply or behave (length, tone, language, things "
-    "never to do); fact for everything else.\n"
+    "dislikes, hobbies, tastes, style), requirement (what they need or want solved), event (plans, trips, "
+    "meetings, appointments, where they are now), other.\n"
+    "- layer: profile for how the user wants the assistant to reply or behave (length, tone, language, "
+    "things never to do or offer): always keep these; fact for everything else, likes and hobbies "
+    "included.\n"
     "- temporary: true only for a current situation or a scheduled event (right now, today, this week, "
-    "next Tuesday, a trip). Past experiences, jobs, homes, family, health and opinions are lasting: false.\n"
-    "- Use the assistant's previous message only to understand the user's reply; never extract facts "
-    "from the assistant's words."
+    "next Tuesday, a trip). Past experiences, jobs, homes, family, health and opinions are lasting: false."
 )
 
 
@@ -88,6 +97,49 @@ EXTRACT_SHOTS = [
         ],
     ),
     _extract_example("Thanks, that helps a lot!", []),
+    _extract_example(
+        "Hi Anna! Good to see you. I've been swamped with my twins and my new job. What's new with you?",
+        [
+            {"text": "User has twins", "tag": "identity", "layer": "fact", "temporary": False},
+            {"text": "User has a new job", "tag": "identity", "layer": "fact", "temporary": False},
+        ],
+    ),
+    _extract_example(
+        "Sorry to hear that! I'm a teacher, and I bake bread on weekends.",
+        [
+            {"text": "User is a teacher", "tag": "identity", "layer": "fact", "temporary": False},
+            {
+                "text": "User bakes bread on weekends",
+                "tag": "preference",
+                "layer": "fact",
+                "temporary": False,
+            },
+        ],
+        context="I lost my job at the bank last week, so I'm opening a bakery. What do you do?",
+    ),
+    _extract_example(
+        "Me too! Jazz is my favorite, I play the saxophone in a small band.",
+        [
+            {
+                "text": "User's favorite music is jazz",
+                "tag": "preference",
+                "layer": "fact",
+                "temporary": False,
+            },
+            {
+                "text": "User plays the saxophone in a small band",
+                "tag": "identity",
+                "layer": "fact",
+                "temporary": False,
+            },
+        ],
+        context="I love jazz, especially Miles Davis. What music do you like?",
+    ),
+    _extract_example(
+        "Yes, two cats.",
+        [{"text": "User has two cats", "tag": "identity", "layer": "fact", "temporary": False}],
+        context="Do you have any pets at home?",
+    ),
     _extract_example(
         "I'm a data scientist and I mostly use Python.",
         [

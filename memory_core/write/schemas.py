@@ -23,8 +23,8 @@ class ExtractedFact(BaseModel):
     )
     tag: Tag = Field(description="identity, preference, requirement, event or other.")
     layer: Literal["fact", "profile"] = Field(
-        description="profile: a lasting preference about how the assistant should reply or behave; "
-        "fact: anything else about the user."
+        description="profile: a lasting instruction on how the assistant should reply or behave; "
+        "fact: anything else about the user, likes and hobbies included."
     )
     temporary: bool = Field(
         description="True only for a current situation or a scheduled event (now, today, next week, a trip)."
