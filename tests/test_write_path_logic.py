@@ -207,5 +207,25 @@ def test_facts_drawn_from_a_question_the_user_answers_are_kept(
     # Nearer to the question than to "No, I moved." — but a question says nothing of its asker.
     (moved,) = svc.ingest("u", "s", _reply("Are you still living in Paris?", "No, I moved last spring."))
     (cats,) = svc.ingest("u", "s", _reply("Do you have any pets at home?", "Yes, two cats."))
-    assert [f.text for f in moved.facts + cats.facts] == ["User no longer lives in Paris", "User has two cats"]
+    assert [f.text for f in moved.facts + cats.facts] == [
+        "User no longer lives in Paris",
+        "User has two cats",
+    ]
     assert moved.echoes == cats.echoes == 0
+
+
+def test_the_name_a_user_greets_is_not_taken_for_theirs(svc: MemoryService, engine: ScriptedEngine) -> None:
+    engine.script(
+        "extract",
+        facts_json(
+            ("User is Maria", "identity", "fact", False),
+            ("User just got back from a family road trip", "event", "fact", False),
+        ),
+    )
+    engine.script("extract", facts_json(("User's name is Bob", "identity", "fact", False)))
+    (greeting,) = svc.ingest(
+        "u", "s", [_user("Hey Maria! Just got back from a family road trip, it was fun!")]
+    )
+    (introduction,) = svc.ingest("u", "s", [_user("Thanks, Anna. I'm Bob, by the way.")])
+    assert [f.text for f in greeting.facts] == ["User just got back from a family road trip"]
+    assert [f.text for f in introduction.facts] == ["User's name is Bob"]

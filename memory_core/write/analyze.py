@@ -31,6 +31,24 @@ _NEAR_TIME = re.compile(
 )
 
 
+# A name the speaker greets, thanks or calls out ("Hey Maria!", "Thanks, Caroline!", "Cool, John.")
+# belongs to the person they talk to.
+_NAME_CALL = re.compile(r"\b([A-Z][a-z]+)(?=\s*[!,.?])")
+_BEFORE_CALL = re.compile(r"(?:^|[,.!?]|\b(?:hey|hi|hello|thanks|thank you|bye))\s*$", re.IGNORECASE)
+_CALLED = re.compile(r"^User(?:'s name)? is (?:called |named )?(\w+)")
+
+
+def addressed_names(message: str) -> set[str]:
+    """Capitalised names ``message`` addresses its listener by."""
+    return {m.group(1) for m in _NAME_CALL.finditer(message) if _BEFORE_CALL.search(message[: m.start()])}
+
+
+def names_listener_as_user(fact: str, addressed: set[str]) -> bool:
+    """Whether ``fact`` says the user is someone the message was addressed to ("User is Maria")."""
+    called = _CALLED.match(fact)
+    return called is not None and called.group(1) in addressed
+
+
 def has_near_time_cue(text: str) -> bool:
     """Whether ``text`` places something at the present or in the near future ("right now", "下周二")."""
     return _NEAR_TIME.search(text) is not None
@@ -92,7 +110,10 @@ class TurnAnalyzer:
             max_tokens=400,
             context={"cjk": has_cjk(message)},
         )
+        # "Hey Maria!" made the small model write "User is Maria" for Maria's friend.
+        addressed = addressed_names(message)
         unique: dict[str, ExtractedFact] = {}
         for fact in result.facts:
-            unique.setdefault(fact.text.strip(), fact)
+            if not names_listener_as_user(fact.text, addressed):
+                unique.setdefault(fact.text.strip(), fact)
         return list(unique.values())

@@ -30,6 +30,7 @@ JUDGE_SHOTS = [
     ("Translate 'good morning' into Spanish.", "no"),
     ("Stop suggesting paid add-ons to me.", "yes"),
     ("Wow, that's great! What kind of job are you looking for?", "no"),
+    ("Nice, Tom! I like all sports, but tennis is my favorite. What about you?", "yes"),
     ("Me too! Hiking is how I relax after work.", "yes"),
     ("Haha, that's a good one. It's so sunny today!", "no"),
     ("Yes, two kids, both in primary school.", "yes"),
