@@ -229,3 +229,19 @@ def test_the_name_a_user_greets_is_not_taken_for_theirs(svc: MemoryService, engi
     (introduction,) = svc.ingest("u", "s", [_user("Thanks, Anna. I'm Bob, by the way.")])
     assert [f.text for f in greeting.facts] == ["User just got back from a family road trip"]
     assert [f.text for f in introduction.facts] == ["User's name is Bob"]
+
+
+def test_a_reply_that_agrees_keeps_what_it_agrees_with(svc: MemoryService, engine: ScriptedEngine) -> None:
+    engine.script(
+        "extract", facts_json(("User's top pick is contemporary dance", "preference", "fact", False))
+    )
+    (outcome,) = svc.ingest(
+        "u",
+        "s",
+        _reply(
+            "Cool, Gina! I love all dances, but contemporary is my top pick. It's so expressive!",
+            "Yeah, me too! Contemporary dance is so expressive and graceful - it really speaks to me.",
+        ),
+    )
+    assert [f.text for f in outcome.facts] == ["User's top pick is contemporary dance"]
+    assert outcome.echoes == 0

@@ -34,7 +34,13 @@ _NEAR_TIME = re.compile(
 # A name the speaker greets, thanks or calls out ("Hey Maria!", "Thanks, Caroline!", "Cool, John.")
 # belongs to the person they talk to.
 _NAME_CALL = re.compile(r"\b([A-Z][a-z]+)(?=\s*[!,.?])")
-_BEFORE_CALL = re.compile(r"(?:^|[,.!?]|\b(?:hey|hi|hello|thanks|thank you|bye))\s*$", re.IGNORECASE)
+_BEFORE_CALL = re.compile(
+    r"(?:^|[,.!?]|\b(?:hey|hi|hello|thanks|thank you|bye|wow|woah|whoa|oh|aw+|cool|nice|great|yeah|yes|sorry|"
+    r"congrats|sure|okay|ok))\s*$",
+    re.IGNORECASE,
+)
+# Agreeing ("me too", "same here") makes what the other party said of themselves true of the user.
+_AGREES = re.compile(r"\b(me too|same here|so do I|me neither|I do too|likewise)\b|我也|同感", re.IGNORECASE)
 _CALLED = re.compile(r"^User(?:'s name)? is (?:called |named )?(\w+)")
 
 
@@ -47,6 +53,11 @@ def names_listener_as_user(fact: str, addressed: set[str]) -> bool:
     """Whether ``fact`` says the user is someone the message was addressed to ("User is Maria")."""
     called = _CALLED.match(fact)
     return called is not None and called.group(1) in addressed
+
+
+def agrees(message: str) -> bool:
+    """Whether ``message`` says the other party's words hold for the speaker too ("me too")."""
+    return _AGREES.search(message) is not None
 
 
 def has_near_time_cue(text: str) -> bool:

@@ -17,7 +17,7 @@ from memory_core.models import Fact, Layer, NewFact, Role, Tag, Turn
 from memory_core.settings import Settings
 from memory_core.store.facts import FactStore
 from memory_core.store.profile import ProfileStore
-from memory_core.write.analyze import TurnAnalyzer, has_near_time_cue, is_forget_request
+from memory_core.write.analyze import TurnAnalyzer, agrees, has_near_time_cue, is_forget_request
 from memory_core.write.forget import ForgetResult, Forgetter
 from memory_core.write.prefilter import speaks_of_self
 from memory_core.write.prompts import resolve_messages
@@ -163,8 +163,9 @@ class WritePath:
         # The small model also writes down what the other party said of themselves (their "I lost
         # my job" becomes "User lost their job"): a fact nearer to their words than to the user's
         # own is theirs. Context that speaks of no one in the first person ("Do you have pets?")
-        # only frames the reply, so facts drawn from it stand.
-        if len(vectors) == 0 or not context or not speaks_of_self(context):
+        # only frames the reply, and a reply that agrees ("me too!") makes it the user's too:
+        # facts drawn from it then stand.
+        if len(vectors) == 0 or not context or not speaks_of_self(context) or agrees(message):
             return np.zeros(len(vectors), dtype=bool)
         said, heard = self._embedder.embed_passages([message, context])
         return np.asarray(vectors @ heard - vectors @ said > self._embedder.echo_margin)
