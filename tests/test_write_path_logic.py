@@ -176,36 +176,56 @@ def _reply(context: str, message: str) -> list[Turn]:
 def test_facts_echoing_what_the_other_party_said_of_themselves_are_dropped(
     svc: MemoryService, engine: ScriptedEngine
 ) -> None:
-    # The scripted extractor makes the small model's mistake: the partner's own news comes back
-    # as the user's. The real embedder tells them apart from the user's words.
+    # Turns of LoCoMo conv-30 and conv-26. The scripted extractor makes the small model's mistake
+    # seen on them: the partner's own news comes back as the user's. The real embedder tells
+    # them apart from the user's words.
     engine.script(
         "extract",
         facts_json(
             ("User lost their job as a banker yesterday", "identity", "fact", False),
-            ("User is passionate about dancing", "preference", "fact", False),
             ("User lost their job at Door Dash this month", "identity", "fact", False),
         ),
     )
-    (outcome,) = svc.ingest(
+    engine.script(
+        "extract",
+        facts_json(
+            ("User painted a lake sunrise last year", "identity", "fact", False),
+            ("User appreciates the colors blending nicely", "preference", "fact", False),
+        ),
+    )
+    (jobs,) = svc.ingest(
         "u",
         "s",
         _reply(
-            "Lost my job as a banker yesterday, so I'm starting a dance studio 'cause I'm passionate "
-            "about dancing.",
-            "Sorry about your job, Jon! Unfortunately, I also lost my job at Door Dash this month.",
+            "Hey Gina! Good to see you too. Lost my job as a banker yesterday, so I'm gonna take a shot "
+            "at starting my own business.",
+            "Sorry about your job Jon, but starting your own business sounds awesome! Unfortunately, I "
+            "also lost my job at Door Dash this month. What business are you thinking of?",
         ),
     )
-    assert [f.text for f in outcome.facts] == ["User lost their job at Door Dash this month"]
-    assert outcome.echoes == 2
+    (painting,) = svc.ingest(
+        "u",
+        "s",
+        _reply(
+            "Yeah, I painted that lake sunrise last year! It's special to me.",
+            "Wow, Melanie! The colors really blend nicely. Painting looks like a great outlet for "
+            "expressing yourself.",
+        ),
+    )
+    assert [f.text for f in jobs.facts + painting.facts] == [
+        "User lost their job at Door Dash this month",
+        "User appreciates the colors blending nicely",
+    ]
+    assert jobs.echoes == painting.echoes == 1
 
 
-def test_facts_drawn_from_a_question_the_user_answers_are_kept(
-    svc: MemoryService, engine: ScriptedEngine
-) -> None:
+def test_facts_drawn_from_what_the_user_answers_are_kept(svc: MemoryService, engine: ScriptedEngine) -> None:
     engine.script("extract", facts_json(("User no longer lives in Paris", "identity", "fact", False)))
     engine.script("extract", facts_json(("User has two cats", "identity", "fact", False)))
-    # Nearer to the question than to "No, I moved." — but a question says nothing of its asker.
-    (moved,) = svc.ingest("u", "s", _reply("Are you still living in Paris?", "No, I moved last spring."))
+    # The assistant's "I see." speaks of itself, but the fact is nearest to the user's answer.
+    (moved,) = svc.ingest(
+        "u", "s", _reply("I see. Are you still living in Paris?", "No, I moved last spring.")
+    )
     (cats,) = svc.ingest("u", "s", _reply("Do you have any pets at home?", "Yes, two cats."))
     assert [f.text for f in moved.facts + cats.facts] == [
         "User no longer lives in Paris",

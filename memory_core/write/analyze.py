@@ -14,6 +14,7 @@ from memory_core.text import has_cjk
 from memory_core.write.prefilter import SkipReason, prefilter
 from memory_core.write.prompts import extract_messages, judge_messages
 from memory_core.write.schemas import ExtractedFact, Extraction
+from memory_core.write.speakers import addressed_names, names_listener_as_user
 
 _FORGET = re.compile(
     r"^\s*(请|麻烦)?(你)?(帮我)?(忘掉|忘记|忘了|别记|不要记|别再记|删掉|删除)"
@@ -29,35 +30,6 @@ _NEAR_TIME = re.compile(
     r"|现在|正在|今天|今晚|明天|后天|这周|本周|下周|下个月|周[一二三四五六日末]|星期[一二三四五六日天]|\d+分钟后",
     re.IGNORECASE,
 )
-
-
-# A name the speaker greets, thanks or calls out ("Hey Maria!", "Thanks, Caroline!", "Cool, John.")
-# belongs to the person they talk to.
-_NAME_CALL = re.compile(r"\b([A-Z][a-z]+)(?=\s*[!,.?])")
-_BEFORE_CALL = re.compile(
-    r"(?:^|[,.!?]|\b(?:hey|hi|hello|thanks|thank you|bye|wow|woah|whoa|oh|aw+|cool|nice|great|yeah|yes|sorry|"
-    r"congrats|sure|okay|ok))\s*$",
-    re.IGNORECASE,
-)
-# Agreeing ("me too", "same here") makes what the other party said of themselves true of the user.
-_AGREES = re.compile(r"\b(me too|same here|so do I|me neither|I do too|likewise)\b|我也|同感", re.IGNORECASE)
-_CALLED = re.compile(r"^User(?:'s name)? is (?:called |named )?(\w+)")
-
-
-def addressed_names(message: str) -> set[str]:
-    """Capitalised names ``message`` addresses its listener by."""
-    return {m.group(1) for m in _NAME_CALL.finditer(message) if _BEFORE_CALL.search(message[: m.start()])}
-
-
-def names_listener_as_user(fact: str, addressed: set[str]) -> bool:
-    """Whether ``fact`` says the user is someone the message was addressed to ("User is Maria")."""
-    called = _CALLED.match(fact)
-    return called is not None and called.group(1) in addressed
-
-
-def agrees(message: str) -> bool:
-    """Whether ``message`` says the other party's words hold for the speaker too ("me too")."""
-    return _AGREES.search(message) is not None
 
 
 def has_near_time_cue(text: str) -> bool:

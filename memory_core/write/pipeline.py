@@ -17,11 +17,11 @@ from memory_core.models import Fact, Layer, NewFact, Role, Tag, Turn
 from memory_core.settings import Settings
 from memory_core.store.facts import FactStore
 from memory_core.store.profile import ProfileStore
-from memory_core.write.analyze import TurnAnalyzer, agrees, has_near_time_cue, is_forget_request
+from memory_core.write.analyze import TurnAnalyzer, has_near_time_cue, is_forget_request
 from memory_core.write.forget import ForgetResult, Forgetter
-from memory_core.write.prefilter import speaks_of_self
 from memory_core.write.prompts import resolve_messages
 from memory_core.write.schemas import RELATIONS, ExtractedFact
+from memory_core.write.speakers import agrees, echoed, self_statements, sentences
 
 log = logging.getLogger("longmem.write")
 
@@ -128,8 +128,16 @@ class WritePath:
         plan = _Plan()
         fact_items = [f for f in extracted if f.layer == "fact"]
         plan.profile = [f for f in extracted if f.layer == "profile"]
-        vectors = self._embedder.embed_passages([f.text for f in fact_items])
-        echoes = self._echoes(message, context, vectors)
+        # The other party's words about themselves, if the user does not agree with them
+        # ("me too!"), are embedded with the facts: a fact nearer to them than to the user's
+        # own words is theirs. A question ("Do you have pets?") only frames the reply.
+        heard = self_statements(context) if fact_items and not agrees(message) else []
+        said = sentences(message) if heard else []
+        vectors = self._embedder.embed_passages([f.text for f in fact_items] + said + heard)
+        vectors, said_vectors, heard_vectors = np.split(
+            vectors, [len(fact_items), len(fact_items) + len(said)]
+        )
+        echoes = echoed(vectors, said_vectors, heard_vectors, self._embedder.echo_margin)
         for item, vector, echo in zip(fact_items, vectors, echoes, strict=True):
             if echo:
                 plan.echoes += 1
@@ -158,17 +166,6 @@ class WritePath:
                     plan.replaces[len(plan.new)] = old.id
             plan.new.append((item, vector))
         return plan
-
-    def _echoes(self, message: str, context: str, vectors: np.ndarray) -> np.ndarray:
-        # The small model also writes down what the other party said of themselves (their "I lost
-        # my job" becomes "User lost their job"): a fact nearer to their words than to the user's
-        # own is theirs. Context that speaks of no one in the first person ("Do you have pets?")
-        # only frames the reply, and a reply that agrees ("me too!") makes it the user's too:
-        # facts drawn from it then stand.
-        if len(vectors) == 0 or not context or not speaks_of_self(context) or agrees(message):
-            return np.zeros(len(vectors), dtype=bool)
-        said, heard = self._embedder.embed_passages([message, context])
-        return np.asarray(vectors @ heard - vectors @ said > self._embedder.echo_margin)
 
     def _expiry(self, item: ExtractedFact, message: str, at: datetime) -> datetime | None:
         # An event said with a near-time cue ("right now", "下周二") is temporary even when the

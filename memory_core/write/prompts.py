@@ -201,17 +201,20 @@ EXTRACT_SHOTS = [
 
 RESOLVE_SYSTEM = (
     "Two memories about the same user: A was stored earlier, B is new. Answer same if B says the same "
-    "thing as A; update if B replaces A so that A is no longer true (moved city, changed job, new plan "
-    "instead of the old one); different if both can be true. Answer only same, update or different."
+    "thing as A and adds nothing; update if B replaces A so that A is no longer true (moved city, "
+    "changed job, new plan instead of the old one); different if both can be true, or if B adds a detail "
+    "A does not have. Answer only same, update or different."
 )
 RESOLVE_SHOTS = [
     (("User lives in Hangzhou", "User moved to Shenzhen"), "update"),
     (("User is a nurse", "User works as a nurse"), "same"),
     (("User has a cat called Momo", "User has a dog called Rex"), "different"),
     (("User works at a bank", "User wants to learn to cook"), "different"),
+    (("User has a favorite sport", "User loves tennis most of all"), "different"),
     (("用户下周要去上海出差", "用户下周出差改去北京了"), "update"),
     (("用户对花生过敏", "用户花生过敏"), "same"),
     (("用户在成都开了一家火锅店", "用户想多接一些外卖订单"), "different"),
+    (("用户喜欢运动", "用户每周日早上打网球"), "different"),
     (("用户以前换过两个装修队都不满意", "用户想找一个会做短视频的团队"), "different"),
     (("用户在成都开了一家火锅店", "用户把火锅店搬到了重庆"), "update"),
 ]

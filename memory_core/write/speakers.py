@@ -1,0 +1,75 @@
+"""Whose words an extracted fact is: the user's own, or the other party's.
+
+The default small model writes down what the other party said of themselves as the user's
+(their "I lost my job" becomes "User lost their job") and takes a name the user greets for the
+user's own ("Hey Maria!" gives "User is Maria"). These checks catch both after extraction,
+with the embedder and a few patterns, without another LLM call.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from memory_core.write.prefilter import speaks_of_self
+
+_SENTENCE = re.compile(r"[^.!?。！？\n]+[.!?。！？]*")
+# A name right after a greeting, thanks or interjection ("Hey Maria!", "Thanks, Caroline!",
+# "Wow John,") calls the listener. A capitalised word alone ("Bob." answering "your name?") does not.
+_NAME_CALL = re.compile(r"\b([A-Z][a-z]+)(?=\s*[!,.?])")
+_BEFORE_CALL = re.compile(
+    r"\b(?:hey|hi|hello|thanks|thank you|bye|wow|woah|whoa|oh|aw+|cool|nice|great|yeah|sorry|congrats)"
+    r"\s*,?\s*$",
+    re.IGNORECASE,
+)
+_CALLED = re.compile(r"^User(?:'s name)? is (?:called |named )?(\w+)")
+# Said in the reply's first sentence, these make the other party's words the user's too.
+_AGREES = re.compile(
+    r"\b(?:me,? too|same here|same|so do I|me neither|likewise|too|as well)\b|我也|同感|一样", re.IGNORECASE
+)
+
+
+def sentences(text: str) -> list[str]:
+    """The sentences of ``text``, each with its closing punctuation."""
+    return [s.strip() for s in _SENTENCE.findall(text) if s.strip()]
+
+
+def self_statements(context: str) -> list[str]:
+    """Sentences of ``context`` in which its speaker tells about themselves (questions are not)."""
+    return [s for s in sentences(context) if speaks_of_self(s) and not s.endswith(("?", "？"))]
+
+
+def agrees(message: str) -> bool:
+    """Whether ``message`` opens by saying the other party's words hold for the user too ("Me too!")."""
+    first = sentences(message)
+    return bool(first) and _AGREES.search(first[0]) is not None
+
+
+def addressed_names(message: str) -> set[str]:
+    """Names ``message`` calls its listener by, right after a greeting or interjection."""
+    return {m.group(1) for m in _NAME_CALL.finditer(message) if _BEFORE_CALL.search(message[: m.start()])}
+
+
+def names_listener_as_user(fact: str, addressed: set[str]) -> bool:
+    """Whether ``fact`` makes the user someone the message called ("User is Maria", and also
+    "User is Maria's friend": the greeting is no news about the user)."""
+    called = _CALLED.match(fact.strip())
+    return called is not None and called.group(1) in addressed
+
+
+def echoed(facts: np.ndarray, said: np.ndarray, heard: np.ndarray, margin: float) -> np.ndarray:
+    """Which facts are an echo of the other party rather than the user's own words.
+
+    Args:
+        facts: (n, d) unit vectors of the extracted facts.
+        said: (s, d) unit vectors of the user's sentences.
+        heard: (h, d) unit vectors of the other party's sentences about themselves.
+        margin: how much nearer to one heard sentence than to every said one a fact must be.
+
+    Returns:
+        (n,) booleans, True for an echo.
+    """
+    if len(facts) == 0 or len(said) == 0 or len(heard) == 0:
+        return np.zeros(len(facts), dtype=bool)
+    return (facts @ heard.T).max(axis=1) - (facts @ said.T).max(axis=1) > margin

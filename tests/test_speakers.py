@@ -1,0 +1,74 @@
+"""Whose words a fact is: the patterns of memory_core.write.speakers (the embedder part is
+tested through the write path in test_write_path_logic.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from memory_core.write.speakers import (
+    addressed_names,
+    agrees,
+    echoed,
+    names_listener_as_user,
+    self_statements,
+)
+
+
+@pytest.mark.parametrize(
+    ("message", "names"),
+    [
+        ("Hey Maria! Good to see you.", {"Maria"}),
+        ("Wow, Melanie! The colors really blend nicely.", {"Melanie"}),
+        ("Thanks, Caroline! Painting's a fun way to relax.", {"Caroline"}),
+        ("Wow John, it really made a difference!", {"John"}),
+        ("Bob.", set()),  # answering "what's your name?"
+        ("Hello! Bob, 32, from Munich.", set()),
+        ("I went to Berlin, Rome, and Paris!", set()),
+        ("Sorry about your job Jon, but that sounds awesome!", set()),
+    ],
+)
+def test_names_called_after_a_greeting_are_the_listeners(message: str, names: set[str]) -> None:
+    assert addressed_names(message) == names
+
+
+def test_only_the_user_made_into_the_listener_is_dropped() -> None:
+    called = {"Maria"}
+    assert names_listener_as_user("User is Maria", called)
+    assert names_listener_as_user(" User's name is Maria", called)
+    assert names_listener_as_user("User is Maria's friend", called)
+    assert not names_listener_as_user("User is a nurse", called)
+    assert not names_listener_as_user("User wants to see Maria's paintings", called)
+    assert not names_listener_as_user("User is Bob", called)
+
+
+@pytest.mark.parametrize(
+    ("message", "agreeing"),
+    [
+        ("Yeah, me too! Contemporary dance speaks to me.", True),
+        ("I love it too!", True),
+        ("Same here! Dance is my go-to for stress relief.", True),
+        ("我也是！我每周都去跳舞。", True),
+        ("Sorry to hear that! I also lost my job, and me too, I'm looking.", False),
+        ("I moved to Lyon last year.", False),
+    ],
+)
+def test_agreeing_is_read_in_the_first_sentence(message: str, agreeing: bool) -> None:
+    assert agrees(message) is agreeing
+
+
+def test_self_statements_leave_out_questions_and_other_people() -> None:
+    context = "I see. Are you still living in Paris? My sister loves it there. You should visit!"
+    assert self_statements(context) == ["I see.", "My sister loves it there."]
+    assert self_statements("Do you have any pets at home?") == []
+    assert self_statements("明白了，我们可以从本地化投放开始。您在哪个城市？") == [
+        "明白了，我们可以从本地化投放开始。"
+    ]
+
+
+def test_an_echo_is_nearer_to_what_was_heard_by_more_than_the_margin() -> None:
+    said = np.array([[1.0, 0.0, 0.0]], dtype=np.float32)
+    heard = np.array([[0.0, 1.0, 0.0]], dtype=np.float32)
+    facts = np.array([[0.6, 0.8, 0.0], [0.8, 0.6, 0.0], [0.7, 0.71, 0.0]], dtype=np.float32)
+    assert echoed(facts, said, heard, 0.05).tolist() == [True, False, False]
+    assert echoed(facts, said, np.zeros((0, 3), dtype=np.float32), 0.05).tolist() == [False] * 3
