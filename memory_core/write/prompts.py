@@ -160,6 +160,28 @@ EXTRACT_SHOTS = [
         ],
     ),
     _extract_example(
+        "From now on, answer me in bullet points.",
+        [
+            {
+                "text": "User wants answers in bullet points",
+                "tag": "preference",
+                "layer": "profile",
+                "temporary": False,
+            }
+        ],
+    ),
+    _extract_example(
+        "I can't stand it when you start with a compliment.",
+        [
+            {
+                "text": "User does not want replies to start with a compliment",
+                "tag": "preference",
+                "layer": "profile",
+                "temporary": False,
+            }
+        ],
+    ),
+    _extract_example(
         "Stop recommending paid upgrades to me.",
         [
             {
