@@ -62,6 +62,10 @@ EXTRACT_SYSTEM = (
 )
 
 
+def _fact(text: str, tag: str, layer: str = "fact", temporary: bool = False) -> dict[str, object]:
+    return {"text": text, "tag": tag, "layer": layer, "temporary": temporary}
+
+
 def _extract_example(message: str, facts: list[dict[str, object]], context: str = "") -> tuple[str, str]:
     return _extract_input(message, context, None), json.dumps({"facts": facts}, ensure_ascii=False)
 
@@ -81,142 +85,89 @@ EXTRACT_SHOTS = [
     _extract_example(
         "I'm at the airport now. By the way, I'm a nurse in Boston.",
         [
-            {"text": "User is at the airport", "tag": "event", "layer": "fact", "temporary": True},
-            {"text": "User is a nurse in Boston", "tag": "identity", "layer": "fact", "temporary": False},
+            _fact("User is at the airport", "event", temporary=True),
+            _fact("User is a nurse in Boston", "identity"),
         ],
     ),
     _extract_example(
         "Keep it short please, and never send me marketing stuff.",
         [
-            {"text": "User wants short answers", "tag": "preference", "layer": "profile", "temporary": False},
-            {
-                "text": "User never wants marketing content",
-                "tag": "preference",
-                "layer": "profile",
-                "temporary": False,
-            },
+            _fact("User wants short answers", "preference", layer="profile"),
+            _fact("User never wants marketing content", "preference", layer="profile"),
         ],
     ),
     _extract_example("Thanks, that helps a lot!", []),
     _extract_example(
         "Hi Anna! Good to see you. I've been swamped with my twins and my new job. What's new with you?",
         [
-            {"text": "User has twins", "tag": "identity", "layer": "fact", "temporary": False},
-            {"text": "User has a new job", "tag": "identity", "layer": "fact", "temporary": False},
+            _fact("User has twins", "identity"),
+            _fact("User has a new job", "identity"),
         ],
     ),
     _extract_example(
         "Sorry to hear that! I'm a teacher, and I bake bread on weekends.",
         [
-            {"text": "User is a teacher", "tag": "identity", "layer": "fact", "temporary": False},
-            {
-                "text": "User bakes bread on weekends",
-                "tag": "preference",
-                "layer": "fact",
-                "temporary": False,
-            },
+            _fact("User is a teacher", "identity"),
+            _fact("User bakes bread on weekends", "preference"),
         ],
         context="I lost my job at the bank last week, so I'm opening a bakery. What do you do?",
     ),
     _extract_example(
         "Me too! Jazz is my favorite, I play the saxophone in a small band.",
         [
-            {
-                "text": "User's favorite music is jazz",
-                "tag": "preference",
-                "layer": "fact",
-                "temporary": False,
-            },
-            {
-                "text": "User plays the saxophone in a small band",
-                "tag": "identity",
-                "layer": "fact",
-                "temporary": False,
-            },
+            _fact("User's favorite music is jazz", "preference"),
+            _fact("User plays the saxophone in a small band", "identity"),
         ],
         context="I love jazz, especially Miles Davis. What music do you like?",
     ),
     _extract_example(
         "Yes, two cats.",
-        [{"text": "User has two cats", "tag": "identity", "layer": "fact", "temporary": False}],
+        [_fact("User has two cats", "identity")],
         context="Do you have any pets at home?",
     ),
     _extract_example(
         "I'm a data scientist and I mostly use Python.",
         [
-            {"text": "User is a data scientist", "tag": "identity", "layer": "fact", "temporary": False},
-            {"text": "User mostly uses Python", "tag": "identity", "layer": "fact", "temporary": False},
+            _fact("User is a data scientist", "identity"),
+            _fact("User mostly uses Python", "identity"),
         ],
     ),
     _extract_example(
         "Don't use emojis with me, I find them annoying.",
-        [
-            {
-                "text": "User does not want emojis in answers",
-                "tag": "preference",
-                "layer": "profile",
-                "temporary": False,
-            }
-        ],
+        [_fact("User does not want emojis in answers", "preference", layer="profile")],
     ),
     _extract_example(
         "From now on, answer me in bullet points.",
-        [
-            {
-                "text": "User wants answers in bullet points",
-                "tag": "preference",
-                "layer": "profile",
-                "temporary": False,
-            }
-        ],
+        [_fact("User wants answers in bullet points", "preference", layer="profile")],
     ),
     _extract_example(
         "I can't stand it when you start with a compliment.",
-        [
-            {
-                "text": "User does not want replies to start with a compliment",
-                "tag": "preference",
-                "layer": "profile",
-                "temporary": False,
-            }
-        ],
+        [_fact("User does not want replies to start with a compliment", "preference", layer="profile")],
     ),
     _extract_example(
         "Stop recommending paid upgrades to me.",
-        [
-            {
-                "text": "User does not want paid upgrades recommended",
-                "tag": "preference",
-                "layer": "profile",
-                "temporary": False,
-            }
-        ],
+        [_fact("User does not want paid upgrades recommended", "preference", layer="profile")],
     ),
     _extract_example(
         "下周三我要去北京开会，另外我对花生过敏。",
         [
-            {"text": "用户下周三要去北京开会", "tag": "event", "layer": "fact", "temporary": True},
-            {"text": "用户对花生过敏", "tag": "identity", "layer": "fact", "temporary": False},
+            _fact("用户下周三要去北京开会", "event", temporary=True),
+            _fact("用户对花生过敏", "identity"),
         ],
     ),
     _extract_example(
         "主要是售后，之前合作的两家都不行",
         [
-            {"text": "用户最想解决售后问题", "tag": "requirement", "layer": "fact", "temporary": False},
-            {
-                "text": "用户之前合作过两家服务商，都不满意",
-                "tag": "other",
-                "layer": "fact",
-                "temporary": False,
-            },
+            _fact("用户最想解决售后问题", "requirement"),
+            _fact("用户之前合作过两家服务商，都不满意", "other"),
         ],
         context="您最希望改进哪方面？",
     ),
     _extract_example(
         "我在杭州住了五年，上个月搬到深圳了。以后回答请用中文。",
         [
-            {"text": "用户上个月从杭州搬到了深圳", "tag": "identity", "layer": "fact", "temporary": False},
-            {"text": "用户希望用中文回答", "tag": "preference", "layer": "profile", "temporary": False},
+            _fact("用户上个月从杭州搬到了深圳", "identity"),
+            _fact("用户希望用中文回答", "preference", layer="profile"),
         ],
     ),
 ]
