@@ -33,6 +33,9 @@ class EmbedderDeployment:
             "related_threshold": e.related_threshold,
             "duplicate_threshold": e.duplicate_threshold,
             "echo_margin": e.echo_margin,
+            "cross_language_gap": e.cross_language_gap,
+            "forget_margin": e.forget_margin,
+            "forget_standout": e.forget_standout,
         }
 
     @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.002)
@@ -75,6 +78,9 @@ class RemoteEmbedder:
         self.related_threshold: float = info["related_threshold"]
         self.duplicate_threshold: float = info["duplicate_threshold"]
         self.echo_margin: float = info["echo_margin"]
+        self.cross_language_gap: float = info["cross_language_gap"]
+        self.forget_margin: float = info["forget_margin"]
+        self.forget_standout: float = info["forget_standout"]
 
     def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
         """Embed texts to be stored."""

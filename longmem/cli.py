@@ -116,11 +116,11 @@ def cmd_demo(svc: MemoryService, args: argparse.Namespace) -> None:
     now = svc.clock.now()
     user = "demo-user"
     facts = [
-        Remember("我在长沙开装修公司，之前找过三家服务商都不满意", Tag.IDENTITY),
-        Remember("我最想解决的是线上获客，引流一直做不起来", Tag.REQUIREMENT),
-        Remember("I'm a backend engineer and I mostly write Go", Tag.IDENTITY),
+        Remember("我在泉州开了一家茶叶店，开了六年", Tag.IDENTITY),
+        Remember("我最想解决的是网店的退货率太高", Tag.REQUIREMENT),
+        Remember("I'm a bridge inspector and I mostly work nights", Tag.IDENTITY),
         Remember(
-            "I'm at the airport, my flight to Berlin boards in 40 minutes", Tag.EVENT, ttl=timedelta(hours=6)
+            "I'm at the station, my train to Lyon leaves in 20 minutes", Tag.EVENT, ttl=timedelta(hours=6)
         ),
     ]
     for fact in svc.remember(user, facts):
@@ -128,8 +128,8 @@ def cmd_demo(svc: MemoryService, args: argparse.Namespace) -> None:
             f"remembered #{fact.id}: {fact.text}"
             + (f"  (until {fact.expire_at:%Y-%m-%d %H:%M})" if fact.expire_at else "")
         )
-    svc.set_preference(user, "Keep answers short; no sales pitches.", source="demo")
-    for question in ["我的公司在哪个城市？", "What language do I program in?", "Where is my flight going?"]:
+    svc.set_preference(user, "Answer in numbered steps; no emojis.", source="demo")
+    for question in ["我的店在哪个城市？", "When do I usually work?", "Where is my train going?"]:
         hits = svc.recall(user, question, k=3)
         print(f"\nrecall: {question}")
         for hit in hits:

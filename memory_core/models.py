@@ -63,6 +63,11 @@ class NewFact(_Timestamped):
     source_turn_ids: tuple[str, ...] = Field(
         default=(), description="Ids of the conversation turns the fact came from."
     )
+    about: str = Field(
+        default="",
+        description='Who the fact is about when it is someone other than the user ("sister Ana", '
+        '"同事小王"); empty for facts about the user themselves.',
+    )
 
 
 class Fact(NewFact):

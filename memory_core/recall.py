@@ -11,7 +11,7 @@ from memory_core.embedding import Embedder
 from memory_core.models import Fact, RecallHit
 from memory_core.settings import RecallSettings
 from memory_core.store.facts import FactStore
-from memory_core.text import Tokenizer
+from memory_core.text import Tokenizer, has_cjk
 
 _BM25_K1 = 1.2
 _BM25_B = 0.75
@@ -85,19 +85,31 @@ class Recaller:
         want = max(k * _CANDIDATES_PER_HIT, _MIN_CANDIDATES)
         candidates = self._store.search(user_id, vector, want, now)
         hits = self.rank(question, candidates)
-        return [hit for hit in hits if hit.score >= threshold][:k]
+        # A question and a fact in different languages score lower for the same meaning (the
+        # embedder's measured gap): the same bar for both would drop every cross-language fact.
+        cjk = has_cjk(question)
+        gap = self._embedder.cross_language_gap
+        return [h for h in hits if h.score >= threshold - (gap if has_cjk(h.fact.text) != cjk else 0.0)][:k]
 
     def rank(self, question: str, candidates: Sequence[tuple[Fact, float]]) -> list[RecallHit]:
-        """Fuse cosine and lexical scores of candidate facts; best first."""
+        """Fuse cosine and lexical scores of candidate facts; best first.
+
+        A fact about another person ("User's sister Ana lives in Denver") loses
+        ``other_person_penalty`` unless the question names them: it must not answer a question
+        about the user themselves ("Where do I live?").
+        """
         weight = self._settings.lexical_weight
+        terms = self._tokenizer.terms(question) if candidates else []
         lexical = [0.0] * len(candidates)
         if weight > 0 and candidates:
-            terms = self._tokenizer.terms(question)
             docs = [self._tokenizer.terms(fact.text) for fact, _ in candidates]
             lexical = [saturate(s) for s in bm25_scores(terms, docs)]
-        hits = [
-            RecallHit(fact=fact, score=cos + weight * lex, vector_score=cos, lexical_score=lex)
-            for (fact, cos), lex in zip(candidates, lexical, strict=True)
-        ]
+        asked = set(terms)
+        hits = []
+        for (fact, cos), lex in zip(candidates, lexical, strict=True):
+            score = cos + weight * lex
+            if fact.about and not asked.intersection(self._tokenizer.terms(fact.about)):
+                score -= self._settings.other_person_penalty
+            hits.append(RecallHit(fact=fact, score=score, vector_score=cos, lexical_score=lex))
         hits.sort(key=lambda h: h.score, reverse=True)
         return hits

@@ -80,11 +80,12 @@ class MemoryService:
         self.profiles = profiles
         self.clock = clock or SystemClock()
         self.working = WorkingMemory(settings.working)
-        self.recaller = Recaller(facts, embedder, settings.recall, tokenizer or Tokenizer())
+        tokenizer = tokenizer or Tokenizer()
+        self.recaller = Recaller(facts, embedder, settings.recall, tokenizer)
         self.llm = llm
         self._write: WritePath | None = None
         if llm is not None:
-            forgetter = Forgetter(llm, self.recaller, facts, profiles, embedder)
+            forgetter = Forgetter(llm, self.recaller, facts, profiles, embedder, tokenizer)
             self._write = WritePath(settings, llm, embedder, facts, profiles, forgetter)
         self.sweeper: SweepRunner | None = None
         if sweep_log is not None:

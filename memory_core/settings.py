@@ -86,6 +86,13 @@ class RecallSettings(BaseModel):
         le=1.0,
         description="Weight of the BM25 score fused into the cosine score; 0 turns lexical off.",
     )
+    other_person_penalty: float = Field(
+        default=0.1,
+        ge=0.0,
+        le=1.0,
+        description="Score taken off a fact about another person (a relative, a colleague) when the "
+        "question does not name them, so that it never answers a question about the user themselves.",
+    )
 
 
 class WorkingSettings(BaseModel):

@@ -26,6 +26,7 @@ class ScriptedEngine:
             "judge": "yes",
             "extract": json.dumps({"facts": []}),
             "resolve": "different",
+            "forget_intent": "yes",
             "forget_target": json.dumps({"target": "x"}),
             "forget_match": "no",
         }
@@ -40,6 +41,7 @@ class ScriptedEngine:
             prompts.JUDGE_SYSTEM: "judge",
             prompts.EXTRACT_SYSTEM: "extract",
             prompts.RESOLVE_SYSTEM: "resolve",
+            prompts.FORGET_INTENT_SYSTEM: "forget_intent",
             prompts.FORGET_TARGET_SYSTEM: "forget_target",
             prompts.FORGET_MATCH_SYSTEM: "forget_match",
         }
@@ -69,12 +71,19 @@ class ScriptedEngine:
         pass
 
 
-def facts_json(*facts: tuple[str, str, str, bool]) -> str:
-    """Extraction output for (text, tag, layer, temporary) tuples."""
+def facts_json(*facts: tuple[str, str, str, bool] | tuple[str, str, str, bool, str]) -> str:
+    """Extraction output for (text, tag, layer, temporary[, about]) tuples."""
     return json.dumps(
         {
             "facts": [
-                {"text": t, "tag": tag, "layer": layer, "temporary": temp} for t, tag, layer, temp in facts
+                {
+                    "about": fact[4] if len(fact) > 4 else "",
+                    "text": fact[0],
+                    "tag": fact[1],
+                    "layer": fact[2],
+                    "temporary": fact[3],
+                }
+                for fact in facts
             ]
         },
         ensure_ascii=False,

@@ -19,9 +19,7 @@ def _fill(parts: Partitions, user: str, n: int) -> tuple[list[Fact], np.ndarray]
     rng = np.random.default_rng(3)
     vectors = rng.standard_normal((n, DIM)).astype(np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-    facts = [
-        Fact(id=1000 + i, user_id=user, text=f"{user} {i}", created_at=NOW) for i in range(n)
-    ]
+    facts = [Fact(id=1000 + i, user_id=user, text=f"{user} {i}", created_at=NOW) for i in range(n)]
     parts.insert(facts, vectors)
     return facts, vectors
 

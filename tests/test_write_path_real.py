@@ -16,7 +16,7 @@ from memory_core.embedding import Embedder
 from memory_core.llm.base import LLMEngine
 from memory_core.llm.factory import make_engine
 from memory_core.models import Role, Turn
-from memory_core.service import MemoryService, open_local_service
+from memory_core.service import MemoryService, Remember, open_local_service
 from memory_core.settings import Settings
 from memory_core.text import has_cjk
 
@@ -114,3 +114,94 @@ def test_only_the_speakers_own_words_become_their_memories(svc: MemoryService) -
     texts = " ".join(f.text for f in news.facts)
     assert "Door Dash" in texts
     assert "banker" not in texts and "dance" not in texts and "Jon" not in texts
+
+
+def _texts(svc: MemoryService, user: str) -> str:
+    return " ".join(f.text for f in svc.list_facts(user))
+
+
+def test_forget_only_when_asked_and_only_what_was_named(svc: MemoryService) -> None:
+    svc.ingest("f-en", "s1", _turns(("user", "I drive trams in Graz, and I'm allergic to walnuts.")))
+    assert "walnut" in _texts(svc, "f-en").lower() and "tram" in _texts(svc, "f-en").lower()
+    reminders = svc.ingest(
+        "f-en",
+        "s2",
+        _turns(
+            ("user", "Don't forget I'm allergic to walnuts when you suggest a cake."),
+            ("assistant", "Of course."),
+            ("user", "Ugh, I left my scarf on the tram again, I forgot it at the last stop."),
+        ),
+    )
+    assert all(o.forgotten is None for o in reminders)
+    kept = _texts(svc, "f-en").lower()
+    assert "walnut" in kept and "tram" in kept
+    (request,) = svc.ingest("f-en", "s3", _turns(("user", "Please forget that I'm allergic to walnuts.")))
+    assert request.forgotten is not None and request.forgotten.facts
+    left = _texts(svc, "f-en").lower()
+    assert "walnut" not in left and "tram" in left and request.facts == []
+
+
+def test_forgot_to_tell_adds_news_and_a_named_forget_keeps_the_rest(svc: MemoryService) -> None:
+    svc.ingest("f-zh", "s1", _turns(("user", "我在南昌做牙科器械销售，平时喜欢游泳。")))
+    assert "南昌" in _texts(svc, "f-zh") and "游泳" in _texts(svc, "f-zh")
+    (news,) = svc.ingest("f-zh", "s2", _turns(("user", "忘了跟你说，我女儿下个月要去西安读研究生。")))
+    assert news.forgotten is None and any("西安" in f.text for f in news.facts)
+    assert "南昌" in _texts(svc, "f-zh") and "游泳" in _texts(svc, "f-zh")
+    (request,) = svc.ingest("f-zh", "s3", _turns(("user", "把我喜欢游泳这件事忘掉吧。")))
+    assert request.forgotten is not None and request.forgotten.reply.startswith("好的")
+    left = _texts(svc, "f-zh")
+    assert "游泳" not in left and "南昌" in left and "西安" in left
+
+
+def test_other_peoples_facts_stay_theirs_and_a_suggestion_is_not_an_interest(svc: MemoryService) -> None:
+    svc.ingest(
+        "w-en",
+        "s1",
+        _turns(
+            ("user", "My aunt Rosa is a pharmacist in Porto."),
+            ("assistant", "Nice! What about you?"),
+            ("user", "I'm a ferry mechanic in Halifax myself."),
+            ("assistant", "You might enjoy a birdwatching club on Saturdays."),
+            ("user", "Sure, maybe I'll look into it."),
+        ),
+    )
+    facts = svc.list_facts("w-en")
+    own = " ".join(f.text for f in facts if not f.about)
+    assert "Halifax" in own and "Porto" not in own and "pharmacist" not in own
+    assert not any("bird" in f.text.lower() for f in facts)
+    home = [h.fact.text for h in svc.recall("w-en", "Where do I live?")]
+    assert any("Halifax" in t for t in home) and not any("Porto" in t for t in home)
+
+
+def test_temporary_by_meaning_and_lasting_facts_stay(svc: MemoryService) -> None:
+    svc.ingest(
+        "t-en",
+        "s1",
+        _turns(
+            ("user", "This week I'm looking for a second-hand cargo bike."),
+            ("assistant", "Good luck with the search!"),
+            ("user", "We're staying at a B&B in Whitby until Friday."),
+            ("assistant", "Enjoy the coast."),
+            ("user", "I've been vegetarian for ten years."),
+        ),
+    )
+    facts = svc.list_facts("t-en")
+    assert any("bike" in f.text and f.expire_at for f in facts)
+    assert any("Whitby" in f.text and f.expire_at for f in facts)
+    assert any("vegetarian" in f.text and f.expire_at is None for f in facts)
+    svc.sweep(svc.clock.now() + timedelta(days=40))
+    left = _texts(svc, "t-en")
+    assert "vegetarian" in left and "bike" not in left and "Whitby" not in left
+
+
+def test_recalled_across_languages_and_a_new_home_answers_where_i_live(svc: MemoryService) -> None:
+    svc.ingest("x-user", "s1", _turns(("user", "I keep bees on my allotment, about six hives.")))
+    assert any("bee" in h.fact.text.lower() for h in svc.recall("x-user", "我养了什么？"))
+    svc.ingest("x-user", "s2", _turns(("user", "My new flat is on 22 Crane Street, Hobart.")))
+    assert any("Crane Street" in h.fact.text for h in svc.recall("x-user", "Where do I live?"))
+
+
+def test_a_reply_speaks_to_the_user_and_keeps_to_their_allergy(svc: MemoryService) -> None:
+    svc.remember("r-user", [Remember(text="用户对虾过敏"), Remember(text="用户住在福州")])
+    reply = svc.chat("r-user", "s1", "今晚做什么菜好？给我推荐一道。").reply
+    assert "用户" not in reply and ("你" in reply or "您" in reply)

@@ -55,6 +55,9 @@ class FactOut(BaseModel):
     expire_at: datetime | None = Field(description="When a temporary memory expires; null for lasting ones.")
     source_turn_ids: list[str] = Field(description="Turns it came from.")
     superseded_by: MemoryId | None = Field(description="Id of the memory that replaced it, if any.")
+    about: str = Field(
+        default="", description="Who the memory is about when it is another person; empty for the user."
+    )
 
     @classmethod
     def of(cls, fact: Fact) -> FactOut:
@@ -67,6 +70,7 @@ class FactOut(BaseModel):
             expire_at=fact.expire_at,
             source_turn_ids=list(fact.source_turn_ids),
             superseded_by=str(fact.superseded_by) if fact.superseded_by is not None else None,
+            about=fact.about,
         )
 
 
@@ -222,10 +226,12 @@ class ForgetIn(BaseModel):
 class ForgetOut(BaseModel):
     """What was forgotten."""
 
-    target: str
-    memories: list[FactOut]
-    profile_keys: list[str]
-    reply: str
+    target: str = Field(description="What the request named, as a search phrase.")
+    memories: list[FactOut] = Field(description="The memories deleted (their earlier versions went too).")
+    profile_keys: list[str] = Field(description="Keys of the profile entries deleted.")
+    earlier_versions: int = Field(description="Older versions of the deleted memories, deleted with them.")
+    kept: list[str] = Field(description="Memories looked at that the request did not name: kept.")
+    reply: str = Field(description="What to tell the user.")
 
     @classmethod
     def of(cls, result: ForgetResult) -> ForgetOut:
@@ -234,6 +240,8 @@ class ForgetOut(BaseModel):
             target=result.target,
             memories=[FactOut.of(f) for f in result.facts],
             profile_keys=[e.key for e in result.profile_entries],
+            earlier_versions=result.earlier_versions,
+            kept=result.kept,
             reply=result.reply,
         )
 

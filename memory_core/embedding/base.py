@@ -39,6 +39,24 @@ class Embedder(Protocol):
         ...
 
     @property
+    def cross_language_gap(self) -> float:
+        """How much lower a question scores against a fact in the other language (Chinese vs not)
+        than against the same fact in its own; recall lowers its bar by this much for such pairs."""
+        ...
+
+    @property
+    def forget_margin(self) -> float:
+        """How far above its baseline (its mean cosine to generic topic phrases) a memory's cosine
+        to a forget request's target phrase must stand for the memory to count as named by it."""
+        ...
+
+    @property
+    def forget_standout(self) -> float:
+        """How far the memory that stands highest above its baseline must lead the next one to count
+        as named when the LLM agrees, even below ``forget_margin``."""
+        ...
+
+    @property
     def echo_margin(self) -> float:
         """How much nearer (in cosine) an extracted fact may be to the other party's words than to
         the user's own before it is taken for an echo of theirs."""

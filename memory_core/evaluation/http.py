@@ -1,7 +1,7 @@
 """The scenario target over HTTP: the same scenario files, run against a running longmem server.
 
 The server's clock is the wall clock, so every call carries the scenario's time (``at`` on
-ingest, forget and recall; ``now`` on the sweep, which needs an admin key).
+ingest and recall; ``now`` on the sweep, which needs an admin key).
 """
 
 from __future__ import annotations
@@ -83,13 +83,6 @@ class HttpTarget:
         """The rendered profile block."""
         out = self._call("GET", self._user(user_id) + "/profile")
         return render_profile([ProfileEntry(user_id=user_id, **entry) for entry in out["profile"]])
-
-    def forget(self, user_id: str, utterance: str, at: datetime) -> None:
-        """Say a forget request at the scenario's time."""
-        self._now = as_utc(at)
-        self._call(
-            "POST", self._user(user_id) + "/forget", {"utterance": utterance, "at": self._now.isoformat()}
-        )
 
     def advance_and_sweep(self, to: datetime) -> None:
         """Move the scenario's time and run the sweep at it (admin)."""

@@ -32,11 +32,6 @@ class LocalTarget:
         """The rendered profile block."""
         return render_profile(self._svc.profile(user_id))
 
-    def forget(self, user_id: str, utterance: str, at: datetime) -> None:
-        """Move the clock to ``at`` and forget by words."""
-        self._clock.set(at)
-        self._svc.forget(user_id, utterance, at)
-
     def advance_and_sweep(self, to: datetime) -> None:
         """Move the clock and sweep expired facts, as the scheduled job would."""
         self._clock.set(to)

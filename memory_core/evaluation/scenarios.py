@@ -40,10 +40,6 @@ class MemoryTarget(Protocol):
         """The user's profile as text."""
         ...
 
-    def forget(self, user_id: str, utterance: str, at: datetime) -> None:
-        """Say a forget request at ``at``."""
-        ...
-
     def advance_and_sweep(self, to: datetime) -> None:
         """Move the service clock to ``to`` and run the expiry sweep."""
         ...
@@ -215,7 +211,11 @@ def _run_step(
         report.user_turns += sum(t.role is Role.USER for t in turns)
         target.ingest(user, str(step.get("session", "s")), turns, at)
     elif op == "forget":
-        target.forget(user, step["utterance"], datetime.fromisoformat(step["time"]))
+        # Said in a new turn, as FORMAT.md has it: the write path must see that it asks to forget.
+        at = datetime.fromisoformat(step["time"])
+        said = Turn(role=Role.USER, content=step["utterance"], at=at, turn_id=f"forget:{number}")
+        report.user_turns += 1
+        target.ingest(user, f"forget-{number}", [said], at)
     elif op == "clock":
         target.advance_and_sweep(datetime.fromisoformat(step["time"]))
     elif op in ("recall", "absent"):

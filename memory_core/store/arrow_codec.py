@@ -27,6 +27,7 @@ def fact_schema(dim: int, metadata: dict[str, str] | None = None) -> pa.Schema:
             ("expire_at", _TS),
             ("source_turn_ids", pa.list_(pa.string())),
             ("superseded_by", pa.int64()),
+            ("about", pa.string()),
             ("embedding", pa.list_(pa.float32(), dim)),
         ],
         metadata=metadata,
@@ -46,6 +47,7 @@ def facts_to_batch(facts: Sequence[Fact], vectors: np.ndarray, dim: int) -> pa.R
         pa.array([f.expire_at for f in facts], _TS),
         pa.array([list(f.source_turn_ids) for f in facts], pa.list_(pa.string())),
         pa.array([f.superseded_by for f in facts], pa.int64()),
+        pa.array([f.about for f in facts], pa.string()),
         pa.FixedSizeListArray.from_arrays(flat, dim),
     ]
     return pa.RecordBatch.from_arrays(columns, schema=fact_schema(dim))
@@ -68,6 +70,8 @@ def batch_to_facts(batch: pa.RecordBatch | pa.Table) -> tuple[list[Fact], np.nda
     expires = cols["expire_at"].to_pylist()
     sources = cols["source_turn_ids"].to_pylist()
     superseded = cols["superseded_by"].to_pylist()
+    # Logs and snapshots written before facts had an ``about`` column hold only the user's own.
+    about = cols["about"].to_pylist() if "about" in cols else [""] * len(ids)
     facts = [
         # Values were validated when first written; skip re-validation on the hot load path.
         Fact.model_construct(
@@ -80,6 +84,7 @@ def batch_to_facts(batch: pa.RecordBatch | pa.Table) -> tuple[list[Fact], np.nda
             expire_at=expires[i],
             source_turn_ids=tuple(sources[i]),
             superseded_by=superseded[i],
+            about=about[i],
         )
         for i in range(len(ids))
     ]

@@ -64,6 +64,21 @@ class Partitions:
         part = self._parts.get(user_id)
         return list(part.facts.values()) if part else []
 
+    def with_history(self, user_id: str, ids: Iterable[int]) -> list[int]:
+        """``ids`` and every fact of the user they superseded, directly or down a chain."""
+        replaced: dict[int, list[int]] = {}
+        for fact in self.user_facts(user_id):
+            if fact.superseded_by is not None:
+                replaced.setdefault(fact.superseded_by, []).append(fact.id)
+        found = list(dict.fromkeys(ids))
+        seen = set(found)
+        for fact_id in found:  # grows while it is walked: each step adds the facts it replaced
+            for older in replaced.get(fact_id, ()):
+                if older not in seen:
+                    seen.add(older)
+                    found.append(older)
+        return found
+
     def has_user(self, user_id: str) -> bool:
         """Whether the user has any stored fact."""
         return user_id in self._parts

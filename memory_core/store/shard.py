@@ -262,7 +262,11 @@ class FactShard:
         return np.vstack(rows) if rows else np.zeros((0, self.dim), dtype=np.float32)
 
     def delete(self, user_id: str, fact_ids: Sequence[int]) -> list[int]:
-        """Delete some of ``user_id``'s facts, durably.
+        """Delete some of ``user_id``'s facts durably, with the older facts each one superseded:
+        forgetting a fact must not leave its earlier versions behind.
+
+        Returns:
+            Every deleted id: the given ones first, then their history.
 
         Raises:
             NotFoundError: an id is not one of the user's facts; nothing is deleted.
@@ -273,6 +277,7 @@ class FactShard:
             self._check_owned(user_id, unique)
             if not unique:
                 return []
+            unique = self._mem.with_history(user_id, unique)
             self._log(wal.Op.DELETE, np.asarray(unique, dtype=np.int64).tobytes())
             removed = self._mem.remove(unique)
             self._maybe_snapshot()

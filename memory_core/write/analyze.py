@@ -12,14 +12,17 @@ from pydantic import ValidationInfo, model_validator
 from memory_core.llm.structured import StructuredLLM
 from memory_core.text import has_cjk
 from memory_core.write.prefilter import SkipReason, prefilter
-from memory_core.write.prompts import extract_messages, judge_messages
+from memory_core.write.prompts import extract_messages, forget_intent_messages, judge_messages
 from memory_core.write.schemas import ExtractedFact, Extraction
 from memory_core.write.speakers import addressed_names, names_listener_as_user
 
-_FORGET = re.compile(
-    r"^\s*(请|麻烦)?(你)?(帮我)?(忘掉|忘记|忘了|别记|不要记|别再记|删掉|删除)"
-    r"|\bforget\b|\bdon'?t remember\b|\bstop remembering\b"
-    r"|\b(delete|erase|remove)\b.{0,40}\b(memor|remember)",
+# A cheap trigger: only a message with one of these words can ask to erase a memory, and only
+# such a message costs the LLM call that decides whether it really does ("I forgot my keys",
+# "don't forget…", a quotation and text to translate do not).
+_FORGET_CUE = re.compile(
+    r"\b(forget|forgot|delete|erase|remove|wipe|scrub|purge|clear|drop|stop remembering|unlearn)"
+    r"|\b(don'?t|do not|no longer|stop)\s+(keep|store|remember|hold)"
+    r"|忘|删|抹掉|抹去|清除|清空|去掉|移除|别记|不要记|别再记|不用记",
     re.IGNORECASE,
 )
 
@@ -37,9 +40,9 @@ def has_near_time_cue(text: str) -> bool:
     return _NEAR_TIME.search(text) is not None
 
 
-def is_forget_request(text: str) -> bool:
-    """Whether the user is asking the assistant to forget something."""
-    return _FORGET.search(text) is not None
+def has_forget_cue(text: str) -> bool:
+    """Whether ``text`` has a word that could ask to erase a memory (the LLM decides if it does)."""
+    return _FORGET_CUE.search(text) is not None
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,16 @@ class TurnAnalyzer:
 
     def __init__(self, llm: StructuredLLM) -> None:
         self._llm = llm
+
+    def asks_to_forget(self, message: str) -> bool:
+        """Whether ``message`` asks to erase something remembered: a cheap word trigger, then the LLM.
+
+        Raises:
+            LLMError: the LLM failed.
+        """
+        if not has_forget_cue(message):
+            return False
+        return self._llm.choose(forget_intent_messages(message), ["yes", "no"]) == "yes"
 
     def judge(self, message: str) -> Verdict:
         """Whether ``message`` holds anything worth remembering.

@@ -17,7 +17,7 @@ from memory_core.models import Fact, Layer, NewFact, Role, Tag, Turn
 from memory_core.settings import Settings
 from memory_core.store.facts import FactStore
 from memory_core.store.profile import ProfileStore
-from memory_core.write.analyze import TurnAnalyzer, has_near_time_cue, is_forget_request
+from memory_core.write.analyze import TurnAnalyzer, has_near_time_cue
 from memory_core.write.forget import ForgetResult, Forgetter
 from memory_core.write.prompts import resolve_messages
 from memory_core.write.schemas import RELATIONS, ExtractedFact
@@ -104,9 +104,10 @@ class WritePath:
     def _process_turn(self, user_id: str, turn: Turn, context: str, at: datetime) -> TurnOutcome:
         outcome = TurnOutcome(turn_id=turn.turn_id)
         try:
-            if is_forget_request(turn.content):
+            # Forgetting runs first: a turn can drop an old fact and tell its replacement
+            # ("forget my old address, I live on Quay Street now"), and the new fact must stay.
+            if self._analyzer.asks_to_forget(turn.content):
                 outcome.forgotten = self.forgetter.forget(user_id, turn.content, at)
-                return outcome
             # The judge sees the message alone: with the assistant's previous words in front of
             # it, the small default model judged plain personal facts "not worth remembering".
             verdict = self._analyzer.judge(turn.content)
@@ -116,7 +117,8 @@ class WritePath:
             extracted = self._analyzer.extract(turn.content, context, at)
             plan = self._plan(user_id, extracted, at, turn.content, context)
         except LLMError as exc:
-            log.warning("turn %r of user %r not written: %s", turn.turn_id, user_id, exc)
+            # Neither the user id nor the error text (it can quote model output) is logged.
+            log.warning("a turn was not written: %s", type(exc).__name__)
             outcome.skipped, outcome.error = "error", str(exc)
             return outcome
         self._apply(user_id, turn, plan, at, outcome)
@@ -145,12 +147,16 @@ class WritePath:
             if any(float(vector @ v) >= self._embedder.duplicate_threshold for _, v in plan.new):
                 plan.duplicates += 1
                 continue
-            # Only a fact of the same kind can be the same or be replaced (a city by a city, not
-            # a company by a wish): the small model called unrelated pairs "update".
+            # Only a fact of the same kind about the same person can be the same or be replaced (a
+            # city by a city, not a company by a wish, nor the user's job by their sister's): the
+            # small model called unrelated pairs "update".
+            about = item.about.strip().casefold()
             hits = [
                 (fact, score)
                 for fact, score in self._facts.search(user_id, vector, 3, at)
-                if fact.tag == item.tag and score >= self._embedder.related_threshold
+                if fact.tag == item.tag
+                and fact.about.casefold() == about
+                and score >= self._embedder.related_threshold
             ]
             if hits:
                 old, score = hits[0]
@@ -188,6 +194,7 @@ class WritePath:
                 created_at=at,
                 expire_at=self._expiry(item, turn.content, at),
                 source_turn_ids=sources,
+                about=item.about.strip(),
             )
             for item, _ in plan.new
         ]

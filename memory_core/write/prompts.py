@@ -15,55 +15,72 @@ from memory_core.text import has_cjk
 JUDGE_SYSTEM = (
     "You decide whether a user's chat message tells something about the user that a personal "
     "assistant should remember for future conversations: facts about them (job, company, city, family, "
-    "pets, health, allergies, hobbies, projects, problems they want solved), their preferences and "
-    "dislikes, how they want to be answered, their plans and schedule. Answer yes when the message says "
-    "any such thing, even inside a greeting or next to a question. Answer no when it only greets, thanks, "
-    "compliments, reacts or asks the other person something, for small talk, jokes, weather chat, general "
-    "knowledge questions, and task requests that reveal nothing about the user. Answer only yes or no."
+    "pets, health, allergies, hobbies, projects, problems they want solved), facts about the people in "
+    "their life, their preferences and dislikes, how they want to be answered, their plans, searches and "
+    "schedule. Answer yes when the message says any such thing, even inside a greeting or next to a "
+    "question. Answer no when it only greets, thanks, compliments, reacts, agrees to a suggestion without "
+    "adding anything, or asks the other person something; for small talk, jokes, weather chat, general "
+    "knowledge questions, text pasted to translate or summarise, requests to forget something, and task "
+    "requests that reveal nothing about the user. Answer only yes or no."
 )
 JUDGE_SHOTS = [
-    ("I'm a nurse and I work night shifts.", "yes"),
-    ("What's the capital of France?", "no"),
-    ("Please don't use emojis when you answer me.", "yes"),
-    ("Hey Sam! Good to see you! How have you been?", "no"),
-    ("Hi Anna! I've been swamped with my twins and my new job. What's new with you?", "yes"),
-    ("Translate 'good morning' into Spanish.", "no"),
-    ("Stop suggesting paid add-ons to me.", "yes"),
-    ("Wow, that's great! What kind of job are you looking for?", "no"),
-    ("Nice, Tom! I like all sports, but tennis is my favorite. What about you?", "yes"),
-    ("Me too! Hiking is how I relax after work.", "yes"),
-    ("Haha, that's a good one. It's so sunny today!", "no"),
-    ("Yes, two kids, both in primary school.", "yes"),
-    ("I'm at the station right now, my train leaves in ten minutes.", "yes"),
-    ("我下周三要去北京开会。", "yes"),
-    ("今天天气不错，哈哈。", "no"),
-    ("帮我给我女儿的老师写一封请假信，她叫小雨。", "yes"),
-    ("帮我把这段话总结一下：人工智能正在改变世界。", "no"),
-    ("主要是售后，客户投诉一直处理不过来。", "yes"),
+    ("I'm a physiotherapist and I mostly work with runners.", "yes"),
+    ("How many moons does Jupiter have?", "no"),
+    ("Please don't put emojis in your answers.", "yes"),
+    ("Hey Priya! Long time no see! How are things?", "no"),
+    ("Hi Leo! Been busy with the new puppy and a house move. Anything new on your side?", "yes"),
+    ("Translate 'see you soon' into Italian.", "no"),
+    ("Please forget what I told you about my old flat.", "no"),
+    ("Sure, sounds good.", "no"),
+    ("Wow, congrats! What will the new role involve?", "no"),
+    ("Ha, I play football too, but volleyball is what I love. You?", "yes"),
+    ("My dad is a retired firefighter in Cork.", "yes"),
+    ("I'm hunting for a used road bike this week.", "yes"),
+    ("Brr, so cold out there today!", "no"),
+    ("Yep, one son, he just turned nine.", "yes"),
+    ("我月底要去昆明看一个展。", "yes"),
+    ("这雨下得没完没了，哈哈。", "no"),
+    ("帮我给我儿子的班主任发条消息，说他明天请假。", "yes"),
+    ("帮我润色一下这句话：我们将于下周发布新版本。", "no"),
+    ("我老公在医院上班，我自己开了家花店。", "yes"),
+    ("行吧，到时候再说。", "no"),
 ]
 
 EXTRACT_SYSTEM = (
-    "You extract memories about the user from one chat message, for a personal assistant's long-term "
-    'memory. Output JSON {"facts": [...]}; an empty list when the message holds nothing about the user.\n'
+    "You extract memories from one chat message, for a personal assistant's long-term memory of the "
+    'user. Output JSON {"facts": [...]}; an empty list when the message holds nothing worth keeping.\n'
     "Rules:\n"
-    "- Only what the user's message says about the user or asks of the assistant. The assistant's "
-    'previous message is given only to understand a short reply ("yes", "mostly after-sales"): '
-    "what the assistant says about itself or others is never a fact about the user.\n"
-    "- Each fact is one short sentence about the user, written in the SAME language as the message "
-    "(English message: 'User ...'; Chinese message: '用户...'). Keep names, places and numbers exactly.\n"
-    "- tag: identity (who they are: job, company, city, family, health, allergies), preference (likes, "
-    "dislikes, hobbies, tastes, style), requirement (what they need or want solved), event (plans, trips, "
-    "meetings, appointments, where they are now), other.\n"
-    "- layer: profile for how the user wants the assistant to reply or behave (length, tone, language, "
-    "things never to do or offer): always keep these; fact for everything else, likes and hobbies "
-    "included.\n"
-    "- temporary: true only for a current situation or a scheduled event (right now, today, this week, "
-    "next Tuesday, a trip). Past experiences, jobs, homes, family, health and opinions are lasting: false."
+    "- Only what the user states in their own words. The assistant's previous message is given only to "
+    'understand a short reply ("yes, two", "mostly the stock"): what the assistant suggests, offers or '
+    "says about itself or others is never the user's; answering a suggestion with ok, sure, maybe or "
+    "thanks stores nothing. Text the user pastes, quotes or asks to translate, rewrite or summarise is "
+    "not about the user. A request to forget something is not a memory (keep only new facts told with it).\n"
+    "- about: empty when the fact is about the user. When it is about another person (family, friend, "
+    'colleague, partner, pet, the assistant), put who it is ("cousin Dara", "丈夫") and write the fact '
+    "about that person: \"User's cousin Dara runs a surf school\". Never give another person's job, "
+    "city, age or plans to the user.\n"
+    "- text: one short, plain sentence in the SAME language as the message (English message: 'User ...'; "
+    "Chinese message: '用户...'), with plain verbs (lives in, works as, has, likes; 住在, 是, 有, 喜欢). "
+    "Keep names, places and numbers exactly.\n"
+    "- tag: identity (who they are: job, company, home, family, health, allergies), preference (likes, "
+    "dislikes, hobbies, tastes, style), requirement (what they need, look for or want solved), event "
+    "(plans, trips, stays, meetings, appointments, where they are now), other.\n"
+    "- layer: profile only for how the user wants the assistant to reply or behave (length, tone, "
+    "language, format, things never to do or offer): always keep these; fact for everything else, likes "
+    "and hobbies included.\n"
+    "- temporary: true for whatever stops being true within weeks: being somewhere now, a trip or stay, a "
+    "booking, an appointment, a plan, something the user is currently looking for, shopping for or busy "
+    "with (this week, these days, 这几天, 最近在找). false for lasting facts: jobs, homes, family, health, "
+    "habits, past experiences, opinions.\n"
+    '- Greetings, thanks, photo captions, weather talk, jokes and vague remarks ("User has plans") are '
+    "not memories."
 )
 
 
-def _fact(text: str, tag: str, layer: str = "fact", temporary: bool = False) -> dict[str, object]:
-    return {"text": text, "tag": tag, "layer": layer, "temporary": temporary}
+def _fact(
+    text: str, tag: str, layer: str = "fact", temporary: bool = False, about: str = ""
+) -> dict[str, object]:
+    return {"about": about, "text": text, "tag": tag, "layer": layer, "temporary": temporary}
 
 
 def _extract_example(message: str, facts: list[dict[str, object]], context: str = "") -> tuple[str, str]:
@@ -83,113 +100,155 @@ def _extract_input(message: str, context: str, at: datetime | None) -> str:
 
 EXTRACT_SHOTS = [
     _extract_example(
-        "I'm at the airport now. By the way, I'm a nurse in Boston.",
+        "Just landed in Valencia for a three-day conference. "
+        "I'm a structural engineer from Bilbao, by the way.",
         [
-            _fact("User is at the airport", "event", temporary=True),
-            _fact("User is a nurse in Boston", "identity"),
+            _fact("User is in Valencia for a three-day conference", "event", temporary=True),
+            _fact("User is a structural engineer", "identity"),
+            _fact("User is from Bilbao", "identity"),
         ],
     ),
     _extract_example(
-        "Keep it short please, and never send me marketing stuff.",
+        "Explain things in plain words, no jargon, and skip the small talk.",
         [
-            _fact("User wants short answers", "preference", layer="profile"),
-            _fact("User never wants marketing content", "preference", layer="profile"),
+            _fact("User wants plain words without jargon", "preference", layer="profile"),
+            _fact("User does not want small talk in replies", "preference", layer="profile"),
         ],
     ),
-    _extract_example("Thanks, that helps a lot!", []),
+    _extract_example("Cheers, that sorted it!", []),
     _extract_example(
-        "Hi Anna! Good to see you. I've been swamped with my twins and my new job. What's new with you?",
+        "My cousin Dara runs a surf school in Cornwall. Me, I repair boats for a living.",
         [
-            _fact("User has twins", "identity"),
-            _fact("User has a new job", "identity"),
-        ],
-    ),
-    _extract_example(
-        "Sorry to hear that! I'm a teacher, and I bake bread on weekends.",
-        [
-            _fact("User is a teacher", "identity"),
-            _fact("User bakes bread on weekends", "preference"),
-        ],
-        context="I lost my job at the bank last week, so I'm opening a bakery. What do you do?",
-    ),
-    _extract_example(
-        "Me too! Jazz is my favorite, I play the saxophone in a small band.",
-        [
-            _fact("User's favorite music is jazz", "preference"),
-            _fact("User plays the saxophone in a small band", "identity"),
-        ],
-        context="I love jazz, especially Miles Davis. What music do you like?",
-    ),
-    _extract_example(
-        "Yes, two cats.",
-        [_fact("User has two cats", "identity")],
-        context="Do you have any pets at home?",
-    ),
-    _extract_example(
-        "I'm a data scientist and I mostly use Python.",
-        [
-            _fact("User is a data scientist", "identity"),
-            _fact("User mostly uses Python", "identity"),
+            _fact("User's cousin Dara runs a surf school in Cornwall", "identity", about="cousin Dara"),
+            _fact("User repairs boats for a living", "identity"),
         ],
     ),
     _extract_example(
-        "Don't use emojis with me, I find them annoying.",
-        [_fact("User does not want emojis in answers", "preference", layer="profile")],
+        "Sure, maybe.",
+        [],
+        context="You could try a watercolour class on weekends, it's very relaxing.",
+    ),
+    _extract_example(
+        "Yeah! I've actually been taking Spanish lessons twice a week since March.",
+        [_fact("User takes Spanish lessons twice a week", "preference")],
+        context="How about learning some Spanish before your trip?",
+    ),
+    _extract_example(
+        "I'm hunting for a used road bike this week, budget around 400 euros.",
+        [_fact("User is looking for a used road bike for about 400 euros", "requirement", temporary=True)],
+    ),
+    _extract_example(
+        "We're staying at a guesthouse by the harbour until Sunday.",
+        [_fact("User is staying at a guesthouse by the harbour until Sunday", "event", temporary=True)],
+    ),
+    _extract_example(
+        "Oh no, sorry to hear! I work in a pharmacy, so I see that a lot.",
+        [_fact("User works in a pharmacy", "identity")],
+        context="I sprained my ankle at football and my boss at the garage was furious.",
+    ),
+    _extract_example(
+        "Same here! Sci-fi novels are my thing, I get through one a week.",
+        [_fact("User loves sci-fi novels and reads one a week", "preference")],
+        context="I adore science fiction books.",
+    ),
+    _extract_example(
+        "Yep, one son, he just turned nine.",
+        [_fact("User has a nine-year-old son", "identity")],
+        context="Do you have kids?",
+    ),
+    _extract_example(
+        "Forget my old work email, the new one is kim.r@fernhill.io.",
+        [_fact("User's work email is kim.r@fernhill.io", "identity")],
+    ),
+    _extract_example(
+        "Summarise this note for me: 'I have been with the firm for ten years and I retire in May.'",
+        [],
+    ),
+    _extract_example(
+        "Please stop adding disclaimers to every answer.",
+        [_fact("User does not want disclaimers in answers", "preference", layer="profile")],
     ),
     _extract_example(
         "From now on, answer me in bullet points.",
         [_fact("User wants answers in bullet points", "preference", layer="profile")],
     ),
     _extract_example(
-        "I can't stand it when you start with a compliment.",
-        [_fact("User does not want replies to start with a compliment", "preference", layer="profile")],
-    ),
-    _extract_example(
-        "Stop recommending paid upgrades to me.",
-        [_fact("User does not want paid upgrades recommended", "preference", layer="profile")],
-    ),
-    _extract_example(
-        "下周三我要去北京开会，另外我对花生过敏。",
+        "月底我要去昆明看一个展，对了，我对芒果过敏。",
         [
-            _fact("用户下周三要去北京开会", "event", temporary=True),
-            _fact("用户对花生过敏", "identity"),
+            _fact("用户月底要去昆明看展", "event", temporary=True),
+            _fact("用户对芒果过敏", "identity"),
         ],
     ),
     _extract_example(
-        "主要是售后，之前合作的两家都不行",
+        "我老公在银行上班，我自己是中学语文老师。",
         [
-            _fact("用户最想解决售后问题", "requirement"),
-            _fact("用户之前合作过两家服务商，都不满意", "other"),
+            _fact("用户的丈夫在银行上班", "identity", about="丈夫"),
+            _fact("用户是中学语文老师", "identity"),
         ],
-        context="您最希望改进哪方面？",
+    ),
+    _extract_example("行吧，再说。", [], context="要不要周末去爬爬山？"),
+    _extract_example(
+        "这几天在找短租的房子，最好离地铁近一点。",
+        [_fact("用户这几天在找离地铁近的短租房", "requirement", temporary=True)],
     ),
     _extract_example(
-        "我在杭州住了五年，上个月搬到深圳了。以后回答请用中文。",
+        "主要是库存，货老是压在仓库里",
+        [_fact("用户最头疼的是库存积压", "requirement")],
+        context="您现在最头疼的是哪一块？",
+    ),
+    _extract_example(
+        "我在苏州待了八年，今年春天搬去厦门了。以后回复简短一点。",
         [
-            _fact("用户上个月从杭州搬到了深圳", "identity"),
-            _fact("用户希望用中文回答", "preference", layer="profile"),
+            _fact("用户今年春天从苏州搬到了厦门，住在厦门", "identity"),
+            _fact("用户希望回复简短", "preference", layer="profile"),
         ],
     ),
 ]
 
 RESOLVE_SYSTEM = (
     "Two memories about the same user: A was stored earlier, B is new. Answer same if B says the same "
-    "thing as A and adds nothing; update if B replaces A so that A is no longer true (moved city, "
-    "changed job, new plan instead of the old one); different if both can be true, or if B adds a detail "
-    "A does not have. Answer only same, update or different."
+    "thing as A and adds nothing; update if B replaces A so that A is no longer true (moved home, "
+    "changed job, new plan instead of the old one); different if both can be true, if they are about "
+    "different people, or if B adds a detail A does not have. Answer only same, update or different."
 )
 RESOLVE_SHOTS = [
-    (("User lives in Hangzhou", "User moved to Shenzhen"), "update"),
-    (("User is a nurse", "User works as a nurse"), "same"),
-    (("User has a cat called Momo", "User has a dog called Rex"), "different"),
-    (("User works at a bank", "User wants to learn to cook"), "different"),
-    (("User has a favorite sport", "User loves tennis most of all"), "different"),
-    (("用户下周要去上海出差", "用户下周出差改去北京了"), "update"),
-    (("用户对花生过敏", "用户花生过敏"), "same"),
-    (("用户在成都开了一家火锅店", "用户想多接一些外卖订单"), "different"),
-    (("用户喜欢运动", "用户每周日早上打网球"), "different"),
-    (("用户以前换过两个装修队都不满意", "用户想找一个会做短视频的团队"), "different"),
-    (("用户在成都开了一家火锅店", "用户把火锅店搬到了重庆"), "update"),
+    (("User lives in Bilbao", "User moved to Valencia"), "update"),
+    (("User is a physiotherapist", "User works as a physiotherapist"), "same"),
+    (("User has a parrot called Kiwi", "User has a hamster called Bean"), "different"),
+    (("User works at a law firm", "User wants to learn to sail"), "different"),
+    (("User has a favourite board game", "User loves playing chess most of all"), "different"),
+    (("User's sister is a vet in Galway", "User is a vet in Galway"), "different"),
+    (("用户月底要去昆明看展", "用户看展改去大理了"), "update"),
+    (("用户对芒果过敏", "用户芒果过敏"), "same"),
+    (("用户在苏州开了一家面馆", "用户想多接一些团餐订单"), "different"),
+    (("用户喜欢户外运动", "用户每周六早上骑车"), "different"),
+    (("用户在苏州开了一家面馆", "用户把面馆搬到了无锡"), "update"),
+]
+
+FORGET_INTENT_SYSTEM = (
+    "Decide whether the user asks the assistant to erase something it remembers about them (forget it, "
+    "delete it, stop keeping it). Answer no when 'forget' is about the user's own memory or things "
+    '("I forgot my keys", "I forgot to tell you", "忘了说"), when the user asks the assistant to '
+    'remember ("don\'t forget", "别忘了"), for negations ("never forget this"), quoted or reported '
+    'speech, titles, text given to translate, rewrite or summarise, and "forget it" that only drops the '
+    "current topic. Answer only yes or no."
+)
+FORGET_INTENT_SHOTS = [
+    ("Forget my old gym membership.", "yes"),
+    ("I forgot my lunchbox at the office again.", "no"),
+    ("Don't forget that I can't eat gluten when you plan the menu.", "no"),
+    ("Please delete everything you know about my ex.", "yes"),
+    ("Oh, I forgot to mention, I got a new job at a bakery!", "no"),
+    ("Stop remembering where I used to work. My new office is in the Dock building, by the way.", "yes"),
+    ("Translate into French: 'forget the past and move on'.", "no"),
+    ("Forget it, the printer works now.", "no"),
+    ("I'll never forget our first hike up that volcano.", "no"),
+    ("把我之前说的健身计划忘了吧。", "yes"),
+    ("忘了告诉你，我下个月要换工作了。", "no"),
+    ("别忘了我不吃香菜。", "no"),
+    ("帮我把我前公司的信息删掉。", "yes"),
+    ("我又把充电器忘在公司了，真烦。", "no"),
+    ("我老板说：“这件事你就别记着了。”", "no"),
 ]
 
 FORGET_TARGET_SYSTEM = (
@@ -197,22 +256,28 @@ FORGET_TARGET_SYSTEM = (
     'forgotten as a short search phrase in the user\'s language. Output JSON {"target": "..."}.'
 )
 FORGET_TARGET_SHOTS = [
-    ("Forget my home address.", "home address"),
-    ("Please forget what I told you about my divorce", "divorce"),
-    ("忘掉我上次说的出差安排", "出差安排"),
-    ("别再记着我女儿学校的事了", "女儿的学校"),
+    ("Forget my old gym membership.", "old gym membership"),
+    ("Please delete everything you know about my ex.", "ex-partner"),
+    ("把我之前说的健身计划忘了吧。", "健身计划"),
+    ("别再记着我前公司的事了", "前公司"),
 ]
 
 FORGET_MATCH_SYSTEM = (
-    "The user asked the assistant to forget something. Decide whether one stored memory belongs to "
-    "what the user wants forgotten, including details of the same plan or topic. Answer only yes or no."
+    "The user asked the assistant to forget one thing. Decide whether a stored memory is about exactly "
+    "that thing (the thing itself or a detail of it). A memory that only shares a topic, a person or a "
+    "time with it is not: answer no. Answer only yes or no."
 )
 FORGET_MATCH_SHOTS = [
-    (("home address", "User lives at 12 Rose Street, Leeds"), "yes"),
-    (("home address", "User is a teacher"), "no"),
-    (("出差安排", "用户下周二要去上海出差"), "yes"),
-    (("出差安排", "用户出差期间住在静安区"), "yes"),
-    (("出差安排", "用户对海鲜过敏"), "no"),
+    (("old gym membership", "User has a membership at Flex Gym on Carver Street"), "yes"),
+    (("old gym membership", "User's work email is kim.r@fernhill.io"), "no"),
+    (("ex-partner", "User's ex-husband Tom lives in Perth"), "yes"),
+    (("ex-partner", "User has two daughters"), "no"),
+    (("trip to Kunming", "User is staying near Green Lake during the Kunming trip"), "yes"),
+    (("trip to Kunming", "User lives in Suzhou"), "no"),
+    (("健身计划", "用户计划每周去健身房三次"), "yes"),
+    (("健身计划", "用户在健身房附近上班"), "no"),
+    (("前公司", "用户之前在一家物流公司做财务"), "yes"),
+    (("前公司", "用户对芒果过敏"), "no"),
 ]
 
 
@@ -247,6 +312,11 @@ def resolve_messages(old: str, new: str) -> list[ChatMessage]:
     """Prompt classifying how a new memory relates to a stored one."""
     shots = [(f"A: {_quote(a)}\nB: {_quote(b)}", answer) for (a, b), answer in RESOLVE_SHOTS]
     return _shots(RESOLVE_SYSTEM, shots, f"A: {_quote(old)}\nB: {_quote(new)}")
+
+
+def forget_intent_messages(message: str) -> list[ChatMessage]:
+    """Prompt asking whether ``message`` asks to erase something remembered."""
+    return _shots(FORGET_INTENT_SYSTEM, FORGET_INTENT_SHOTS, message)
 
 
 def forget_target_messages(utterance: str) -> list[ChatMessage]:

@@ -16,6 +16,12 @@ from memory_core.models import Tag
 class ExtractedFact(BaseModel):
     """One memory the extractor found in a user's message."""
 
+    # Decided first, so that the statement is written about the right person.
+    about: str = Field(
+        max_length=40,
+        description="Who the fact is about when it is another person (their relation and name: "
+        "'cousin Dara', '丈夫'); empty when it is about the user.",
+    )
     text: str = Field(
         min_length=2,
         max_length=160,

@@ -1,0 +1,225 @@
+"""Write-path correctness around the LLM: forget only when asked and only what was named, whose
+fact it is, recall across languages. A scripted engine plays the LLM (real FAISS, DuckDB and
+embedder); test_write_path_real.py runs the same behaviours on the packaged model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from memory_core.clock import ManualClock
+from memory_core.embedding import Embedder
+from memory_core.models import Role, Turn
+from memory_core.service import MemoryService, Remember, open_local_service
+from memory_core.settings import Settings
+from memory_core.write.analyze import has_forget_cue
+from tests.scripted_engine import ScriptedEngine, facts_json
+
+
+@pytest.fixture
+def engine() -> ScriptedEngine:
+    return ScriptedEngine()
+
+
+@pytest.fixture
+def svc(
+    settings: Settings, clock: ManualClock, embedder: Embedder, engine: ScriptedEngine
+) -> Iterator[MemoryService]:
+    service = open_local_service(settings, clock, embedder, engine=engine)
+    yield service
+    service.close()
+
+
+def _user(text: str) -> Turn:
+    return Turn(role=Role.USER, content=text)
+
+
+@pytest.mark.parametrize(
+    ("text", "cue"),
+    [
+        ("Forget my old address", True),
+        ("I forgot my scarf at the cinema", True),  # a cue only: the LLM decides it is no request
+        ("请把我的旧地址删掉", True),
+        ("别再记着我前任的事了", True),
+        ("I'm a glassblower in Murano", False),
+        ("我在宁波开了家茶馆", False),
+    ],
+)
+def test_the_forget_cue_is_a_cheap_first_gate(text: str, cue: bool) -> None:
+    assert has_forget_cue(text) is cue
+
+
+def test_a_turn_without_a_cue_never_asks_the_forget_question(
+    svc: MemoryService, engine: ScriptedEngine
+) -> None:
+    svc.ingest("u", "s", [_user("I'm a glassblower in Murano")])
+    assert "forget_intent" not in engine.calls and "forget_target" not in engine.calls
+
+
+def test_forgetful_talk_deletes_nothing_and_is_still_extracted(
+    svc: MemoryService, engine: ScriptedEngine
+) -> None:
+    svc.remember("u", [Remember(text="User is a glassblower"), Remember(text="User is allergic to sesame")])
+    engine.script("forget_intent", "no", "no")
+    engine.script(
+        "extract", facts_json(("User's son starts university in Leeds in autumn", "event", "fact", True))
+    )
+    engine.script("extract", facts_json(("User is allergic to sesame", "identity", "fact", False)))
+    # Whatever the match step would say, no forget runs when the intent is "no".
+    engine.defaults["forget_match"] = "yes"
+    first, second = svc.ingest(
+        "u",
+        "s",
+        [
+            _user("Oh, I forgot to say, my son starts university in Leeds this autumn."),
+            _user("Don't forget I'm allergic to sesame when you suggest recipes."),
+        ],
+    )
+    assert first.forgotten is None and second.forgotten is None
+    texts = {f.text for f in svc.list_facts("u")}
+    assert {"User is a glassblower", "User is allergic to sesame"} <= texts
+    assert "User's son starts university in Leeds in autumn" in texts
+    assert engine.calls.count("forget_intent") == 2 and "forget_target" not in engine.calls
+
+
+def test_a_yes_saying_model_deletes_only_what_the_request_names(
+    svc: MemoryService, engine: ScriptedEngine
+) -> None:
+    svc.remember(
+        "u",
+        [
+            Remember(text="User lives at 14 Quarry Lane, Hull"),
+            Remember(text="User is a florist"),
+            Remember(text="User has a beagle called Pip"),
+            Remember(text="User's favourite band is Blur"),
+        ],
+    )
+    engine.script("forget_target", '{"target": "home address"}')
+    engine.defaults["forget_match"] = "yes"  # the small model's habit: yes to anything it is shown
+    result = svc.forget("u", "Please forget my home address.")
+    assert [f.text for f in result.facts] == ["User lives at 14 Quarry Lane, Hull"]
+    assert {f.text for f in svc.list_facts("u")} == {
+        "User is a florist",
+        "User has a beagle called Pip",
+        "User's favourite band is Blur",
+    }
+    assert result.reply.startswith("OK, I've forgotten: User lives at 14 Quarry Lane, Hull")
+
+
+def test_the_llm_still_vetoes_a_close_memory_it_was_not_asked_about(
+    svc: MemoryService, engine: ScriptedEngine
+) -> None:
+    svc.remember("u", [Remember(text="用户住在青岛市南区"), Remember(text="用户的公司在青岛崂山区")])
+    engine.script("forget_target", '{"target": "家庭住址"}')
+    engine.defaults["forget_match"] = lambda prompt: "yes" if "住在" in prompt.split("Memory:")[1] else "no"
+    result = svc.forget("u", "把我的家庭住址忘掉")
+    assert [f.text for f in result.facts] == ["用户住在青岛市南区"]
+    assert [f.text for f in svc.list_facts("u")] == ["用户的公司在青岛崂山区"]
+
+
+def test_one_turn_forgets_the_old_fact_and_keeps_the_new_one(
+    svc: MemoryService, engine: ScriptedEngine
+) -> None:
+    svc.remember(
+        "u", [Remember(text="User's phone number is 0161 555 0100"), Remember(text="User is a florist")]
+    )
+    engine.script("forget_target", '{"target": "old phone number"}')
+    engine.defaults["forget_match"] = "yes"
+    engine.script("extract", facts_json(("User's phone number is 0161 555 0199", "identity", "fact", False)))
+    (outcome,) = svc.ingest("u", "s", [_user("Forget my old number, the new one is 0161 555 0199.")])
+    assert outcome.forgotten is not None
+    assert [f.text for f in outcome.forgotten.facts] == ["User's phone number is 0161 555 0100"]
+    assert [f.text for f in outcome.facts] == ["User's phone number is 0161 555 0199"]
+    assert {f.text for f in svc.list_facts("u")} == {
+        "User's phone number is 0161 555 0199",
+        "User is a florist",
+    }
+
+
+def test_forgetting_a_fact_deletes_the_versions_it_superseded(
+    svc: MemoryService, engine: ScriptedEngine
+) -> None:
+    engine.script("extract", facts_json(("用户住在洛阳", "identity", "fact", False)))
+    (first,) = svc.ingest("u", "s", [_user("我住在洛阳")])
+    engine.script("extract", facts_json(("用户搬到了开封", "identity", "fact", False)))
+    engine.script("resolve", "update")
+    (second,) = svc.ingest("u", "s", [_user("我搬到开封了")])
+    engine.script("extract", facts_json(("用户搬到了郑州", "identity", "fact", False)))
+    engine.script("resolve", "update")
+    (third,) = svc.ingest("u", "s", [_user("我又搬到郑州了")])
+    assert third.superseded == [second.facts[0].id] and second.superseded == [first.facts[0].id]
+    deleted = svc.forget_ids("u", [third.facts[0].id])
+    assert deleted == [third.facts[0].id, second.facts[0].id, first.facts[0].id]
+    assert svc.list_facts("u", include_superseded=True) == []
+
+
+def test_forgetting_by_words_deletes_the_superseded_versions_too(
+    svc: MemoryService, engine: ScriptedEngine
+) -> None:
+    engine.script("extract", facts_json(("User works at a bakery", "identity", "fact", False)))
+    svc.ingest("u", "s", [_user("I work at a bakery")])
+    engine.script("extract", facts_json(("User now works at a brewery", "identity", "fact", False)))
+    engine.script("resolve", "update")
+    svc.ingest("u", "s", [_user("I switched jobs, I'm at a brewery now")])
+    engine.script("forget_target", '{"target": "brewery job"}')
+    engine.defaults["forget_match"] = "yes"
+    result = svc.forget("u", "Forget that I work at the brewery.")
+    assert [f.text for f in result.facts] == ["User now works at a brewery"] and result.earlier_versions == 1
+    assert svc.list_facts("u", include_superseded=True) == []
+
+
+def test_another_persons_fact_does_not_answer_a_question_about_the_user(
+    svc: MemoryService, engine: ScriptedEngine
+) -> None:
+    engine.script(
+        "extract",
+        facts_json(
+            ("User's brother Kofi lives in Accra", "identity", "fact", False, "brother Kofi"),
+            ("User lives in Kumasi", "identity", "fact", False),
+        ),
+    )
+    (outcome,) = svc.ingest("u", "s", [_user("My brother Kofi lives in Accra, and I live in Kumasi.")])
+    assert [f.about for f in outcome.facts] == ["brother Kofi", ""]
+    own = [h.fact.text for h in svc.recall("u", "Where do I live?")]
+    assert "User lives in Kumasi" in own and not any("Accra" in t for t in own)
+    theirs = [h.fact.text for h in svc.recall("u", "Where does my brother Kofi live?")]
+    assert theirs[0] == "User's brother Kofi lives in Accra"
+
+
+def test_the_about_field_survives_a_restart(
+    settings: Settings, clock: ManualClock, embedder: Embedder, engine: ScriptedEngine
+) -> None:
+    service = open_local_service(settings, clock, embedder, engine=engine)
+    engine.script("extract", facts_json(("用户的妻子是护士", "identity", "fact", False, "妻子")))
+    service.ingest("u", "s", [_user("我老婆是护士")])
+    service.facts.snapshot()
+    engine.script("extract", facts_json(("用户的女儿在读高中", "identity", "fact", False, "女儿")))
+    service.ingest("u", "s", [_user("我女儿在读高中")])
+    service.close()
+    reopened = open_local_service(settings, clock, embedder, engine=engine)
+    assert sorted(f.about for f in reopened.list_facts("u")) == ["女儿", "妻子"]
+    reopened.close()
+
+
+@pytest.mark.parametrize(
+    ("stored", "question"),
+    [
+        ("User is allergic to kiwi", "我对什么过敏？"),
+        ("User works as a sound engineer at a theatre", "我是做什么工作的？"),
+        ("用户养了一只叫豆豆的柯基", "What pet do I have?"),
+        ("用户在厦门大学教化学", "Where do I teach?"),
+    ],
+)
+def test_a_fact_in_one_language_is_recalled_by_a_question_in_the_other(
+    svc: MemoryService, stored: str, question: str
+) -> None:
+    svc.remember(
+        "u",
+        [
+            Remember(text=stored),
+            Remember(text="User plays the cello" if "User" in stored else "用户喜欢下围棋"),
+        ],
+    )
+    assert stored in [h.fact.text for h in svc.recall("u", question)]
