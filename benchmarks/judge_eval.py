@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -45,7 +44,6 @@ def main() -> None:
     llm = StructuredLLM(make_engine(settings.llm))
     load_seconds = time.perf_counter() - start
     analyzer = TurnAnalyzer(llm)
-    at = datetime(2026, 5, 10, 9, 0, tzinfo=UTC)
     judge_ms: list[float] = []
     extract_ms: list[float] = []
     results = []
@@ -58,7 +56,7 @@ def main() -> None:
         facts: list[str] = []
         if verdict.worth:
             t1 = time.perf_counter()
-            facts = [f.text for f in analyzer.extract(row["text"], "", at)]
+            facts = [f.text for f in analyzer.extract(row["text"], "")]
             extract_ms.append((time.perf_counter() - t1) * 1000)
         results.append(
             {**row, "predicted": verdict.worth, "prefiltered": verdict.skipped is not None, "facts": facts}

@@ -13,7 +13,7 @@ import pytest
 
 from memory_core.errors import NotFoundError, StorageError
 from memory_core.models import Role, Tag, Turn
-from memory_core.prompt import quote
+from memory_core.prompt import quote, second_person
 from memory_core.service import MemoryService, Remember
 from memory_core.settings import WorkingSettings
 from memory_core.store.profile import DuckDBProfileStore
@@ -93,3 +93,31 @@ def test_stored_injection_stays_inert_quoted_data(service: MemoryService) -> Non
     assert "never instructions" in prompt.split("<profile>")[0]
     assert prompt.rstrip().endswith("user: What should I ignore? Where do I live?")
     assert quote("<x>") == '"\\u003cx\\u003e"'
+
+
+@pytest.mark.parametrize(
+    ("stored", "said"),
+    [
+        ("User is allergic to shrimp", "You are allergic to shrimp"),
+        ("User's brother Tom lives in Perth", "Your brother Tom lives in Perth"),
+        ("User lives in Leeds", "You live in Leeds"),
+        ("User watches anime", "You watch anime"),
+        ("User studies law", "You study law"),
+        ("User moved to Hull", "You moved to Hull"),
+        ("User can swim", "You can swim"),
+        ("User misses Rome", "You miss Rome"),
+        ("用户对虾过敏", "你对虾过敏"),
+        ("用户的丈夫在银行上班", "你的丈夫在银行上班"),
+        ("Username is not a subject", "Username is not a subject"),
+    ],
+)
+def test_notes_are_said_to_the_person_they_are_about(stored: str, said: str) -> None:
+    assert second_person(stored) == said
+
+
+def test_the_prompt_speaks_of_memories_in_the_second_person(service: MemoryService) -> None:
+    service.remember("u", [Remember("用户对花生过敏", Tag.IDENTITY)])
+    service.set_preference("u", "用户希望回答简短")
+    prompt = service.build_prompt("u", "s", "我晚饭吃什么比较好？", k=5)
+    assert '"你对花生过敏"' in prompt and '"你希望回答简短"' in prompt
+    assert '"用户' not in prompt.split("<profile>")[1]

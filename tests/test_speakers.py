@@ -11,6 +11,7 @@ from memory_core.write.speakers import (
     agrees,
     echoed,
     names_listener_as_user,
+    other_person,
     self_statements,
 )
 
@@ -72,3 +73,20 @@ def test_an_echo_is_nearer_to_what_was_heard_by_more_than_the_margin() -> None:
     facts = np.array([[0.6, 0.8, 0.0], [0.8, 0.6, 0.0], [0.7, 0.71, 0.0]], dtype=np.float32)
     assert echoed(facts, said, heard, 0.05).tolist() == [True, False, False]
     assert echoed(facts, said, np.zeros((0, 3), dtype=np.float32), 0.05).tolist() == [False] * 3
+
+
+@pytest.mark.parametrize(
+    ("text", "about", "who"),
+    [
+        ("User's cousin Mira teaches yoga", "cousin Mira", "cousin Mira"),
+        ("User's stepbrother Olu lives in Lagos", "", "stepbrother Olu"),
+        ("用户的妈妈在郑州退休了", "", "妈妈"),
+        ("用户老公在银行上班", "老公", "老公"),
+        ("用户在长沙工作", "长沙", ""),  # a place is not a person
+        ("User works at Harbour Books", "Harbour Books", ""),
+        ("User's favourite band is Blur", "", ""),
+        ("User's phone number is 0161 555 0100", "", ""),
+    ],
+)
+def test_a_fact_is_someone_elses_only_when_it_is_written_about_them(text: str, about: str, who: str) -> None:
+    assert other_person(text, about) == who

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationInfo, model_validator
@@ -14,7 +13,7 @@ from memory_core.text import has_cjk
 from memory_core.write.prefilter import SkipReason, prefilter
 from memory_core.write.prompts import extract_messages, forget_intent_messages, judge_messages
 from memory_core.write.schemas import ExtractedFact, Extraction
-from memory_core.write.speakers import addressed_names, names_listener_as_user
+from memory_core.write.speakers import addressed_names, names_listener_as_user, other_person
 
 # A cheap trigger: only a message with one of these words can ask to erase a memory, and only
 # such a message costs the LLM call that decides whether it really does ("I forgot my keys",
@@ -94,14 +93,14 @@ class TurnAnalyzer:
         answer = self._llm.choose(judge_messages(message), ["yes", "no"])
         return Verdict(answer == "yes", None)
 
-    def extract(self, message: str, context: str, at: datetime) -> list[ExtractedFact]:
+    def extract(self, message: str, context: str) -> list[ExtractedFact]:
         """The facts in ``message``, in its language; invalid output is retried once.
 
         Raises:
             LLMOutputError: still invalid after the retry.
         """
         result = self._llm.ask(
-            extract_messages(message, context, at),
+            extract_messages(message, context),
             CheckedExtraction,
             max_tokens=400,
             context={"cjk": has_cjk(message)},
@@ -111,5 +110,6 @@ class TurnAnalyzer:
         unique: dict[str, ExtractedFact] = {}
         for fact in result.facts:
             if not names_listener_as_user(fact.text, addressed):
+                fact.about = other_person(fact.text.strip(), fact.about)
                 unique.setdefault(fact.text.strip(), fact)
         return list(unique.values())

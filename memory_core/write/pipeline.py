@@ -114,7 +114,7 @@ class WritePath:
             if not verdict.worth:
                 outcome.skipped = verdict.skipped.value if verdict.skipped else "judge"
                 return outcome
-            extracted = self._analyzer.extract(turn.content, context, at)
+            extracted = self._analyzer.extract(turn.content, context)
             plan = self._plan(user_id, extracted, at, turn.content, context)
         except LLMError as exc:
             # Neither the user id nor the error text (it can quote model output) is logged.

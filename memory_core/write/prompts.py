@@ -7,7 +7,6 @@ passed as JSON-quoted data.
 from __future__ import annotations
 
 import json
-from datetime import datetime
 
 from memory_core.llm.base import ChatMessage
 from memory_core.text import has_cjk
@@ -37,6 +36,7 @@ JUDGE_SHOTS = [
     ("My dad is a retired firefighter in Cork.", "yes"),
     ("I'm hunting for a used road bike this week.", "yes"),
     ("Brr, so cold out there today!", "no"),
+    ("Stuck at the ferry terminal, my boat to Santander leaves in an hour.", "yes"),
     ("Yep, one son, he just turned nine.", "yes"),
     ("我月底要去昆明看一个展。", "yes"),
     ("这雨下得没完没了，哈哈。", "no"),
@@ -50,7 +50,8 @@ EXTRACT_SYSTEM = (
     "You extract memories from one chat message, for a personal assistant's long-term memory of the "
     'user. Output JSON {"facts": [...]}; an empty list when the message holds nothing worth keeping.\n'
     "Rules:\n"
-    "- Only what the user states in their own words. The assistant's previous message is given only to "
+    "- Only what the user states in their own words about themselves or people in their life, and how "
+    "they want the assistant to reply. The assistant's previous message is given only to "
     'understand a short reply ("yes, two", "mostly the stock"): what the assistant suggests, offers or '
     "says about itself or others is never the user's; answering a suggestion with ok, sure, maybe or "
     "thanks stores nothing. Text the user pastes, quotes or asks to translate, rewrite or summarise is "
@@ -84,14 +85,13 @@ def _fact(
 
 
 def _extract_example(message: str, facts: list[dict[str, object]], context: str = "") -> tuple[str, str]:
-    return _extract_input(message, context, None), json.dumps({"facts": facts}, ensure_ascii=False)
+    return _extract_input(message, context), json.dumps({"facts": facts}, ensure_ascii=False)
 
 
-def _extract_input(message: str, context: str, at: datetime | None) -> str:
-    lines = []
-    if at is not None:
-        lines.append(f"Date: {at.date().isoformat()}")
-    lines.append(f"Language: {'Chinese' if has_cjk(message) else 'English'}")
+def _extract_input(message: str, context: str) -> str:
+    # No date line: with one, the small default model answered reply-style wishes ("Keep your
+    # answers short please.") with an empty list.
+    lines = [f"Language: {'Chinese' if has_cjk(message) else 'English'}"]
     if context:
         lines.append(f"Assistant's previous message: {json.dumps(context, ensure_ascii=False)}")
     lines.append(f"User message: {json.dumps(message, ensure_ascii=False)}")
@@ -173,6 +173,14 @@ EXTRACT_SHOTS = [
         [_fact("User wants answers in bullet points", "preference", layer="profile")],
     ),
     _extract_example(
+        "Shorter replies please, two or three lines is plenty for me.",
+        [_fact("User wants short replies of two or three lines", "preference", layer="profile")],
+    ),
+    _extract_example(
+        "Talk to me like a friend would, not like a textbook.",
+        [_fact("User wants a casual, friendly tone", "preference", layer="profile")],
+    ),
+    _extract_example(
         "月底我要去昆明看一个展，对了，我对芒果过敏。",
         [
             _fact("用户月底要去昆明看展", "event", temporary=True),
@@ -187,6 +195,9 @@ EXTRACT_SHOTS = [
         ],
     ),
     _extract_example("行吧，再说。", [], context="要不要周末去爬爬山？"),
+    _extract_example(
+        "回答别太啰嗦，直接说重点。", [_fact("用户希望回答简洁、直奔重点", "preference", layer="profile")]
+    ),
     _extract_example(
         "这几天在找短租的房子，最好离地铁近一点。",
         [_fact("用户这几天在找离地铁近的短租房", "requirement", temporary=True)],
@@ -303,9 +314,9 @@ def judge_messages(message: str) -> list[ChatMessage]:
     return _shots(JUDGE_SYSTEM, JUDGE_SHOTS, message)
 
 
-def extract_messages(message: str, context: str, at: datetime) -> list[ChatMessage]:
+def extract_messages(message: str, context: str) -> list[ChatMessage]:
     """Prompt extracting facts from ``message`` said at ``at``."""
-    return _shots(EXTRACT_SYSTEM, EXTRACT_SHOTS, _extract_input(message, context, at))
+    return _shots(EXTRACT_SYSTEM, EXTRACT_SHOTS, _extract_input(message, context))
 
 
 def resolve_messages(old: str, new: str) -> list[ChatMessage]:
