@@ -86,7 +86,7 @@ class MemoryService:
         self._write: WritePath | None = None
         if llm is not None:
             forgetter = Forgetter(llm, self.recaller, facts, profiles, embedder, tokenizer)
-            self._write = WritePath(settings, llm, embedder, facts, profiles, forgetter)
+            self._write = WritePath(settings, llm, embedder, facts, profiles, forgetter, tokenizer)
         self.sweeper: SweepRunner | None = None
         if sweep_log is not None:
             if not isinstance(facts, ShardedFactStore):

@@ -6,9 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from memory_core.text import Tokenizer
 from memory_core.write.speakers import (
     addressed_names,
     agrees,
+    borrowed_words,
     echoed,
     names_listener_as_user,
     other_person,
@@ -71,8 +73,19 @@ def test_an_echo_is_nearer_to_what_was_heard_by_more_than_the_margin() -> None:
     said = np.array([[1.0, 0.0, 0.0]], dtype=np.float32)
     heard = np.array([[0.0, 1.0, 0.0]], dtype=np.float32)
     facts = np.array([[0.6, 0.8, 0.0], [0.8, 0.6, 0.0], [0.7, 0.71, 0.0]], dtype=np.float32)
-    assert echoed(facts, said, heard, 0.05).tolist() == [True, False, False]
-    assert echoed(facts, said, np.zeros((0, 3), dtype=np.float32), 0.05).tolist() == [False] * 3
+    none = np.zeros(3, dtype=bool)
+    assert echoed(facts, said, heard, 0.05, none).tolist() == [True, False, False]
+    assert echoed(facts, said, np.zeros((0, 3), dtype=np.float32), 0.05, none).tolist() == [False] * 3
+    # A fact with a word only the other party said is theirs unless clearly nearer the user's words.
+    assert echoed(facts, said, heard, 0.05, np.ones(3, dtype=bool)).tolist() == [True, False, True]
+
+
+def test_a_borrowed_word_is_one_the_other_party_said_and_the_user_did_not() -> None:
+    terms = Tokenizer().terms
+    heard = ["Lost my job as a lighthouse keeper last week."]
+    message = "Oh no! I lost my job at the ferry company too."
+    assert borrowed_words("User lost their job as a lighthouse keeper", message, heard, terms)
+    assert not borrowed_words("User lost their job at the ferry company", message, heard, terms)
 
 
 @pytest.mark.parametrize(

@@ -40,7 +40,8 @@ def _user(text: str) -> Turn:
     ("text", "cue"),
     [
         ("Forget my old address", True),
-        ("I forgot my scarf at the cinema", True),  # a cue only: the LLM decides it is no request
+        ("I forgot my scarf at the cinema", False),  # the past tense asks nothing
+        ("Don't forget I'm vegan", True),  # a cue only: the LLM decides it is no request
         ("请把我的旧地址删掉", True),
         ("别再记着我前任的事了", True),
         ("I'm a glassblower in Murano", False),
@@ -62,7 +63,7 @@ def test_forgetful_talk_deletes_nothing_and_is_still_extracted(
     svc: MemoryService, engine: ScriptedEngine
 ) -> None:
     svc.remember("u", [Remember(text="User is a glassblower"), Remember(text="User is allergic to sesame")])
-    engine.script("forget_intent", "no", "no")
+    engine.script("forget_intent", "no")
     engine.script(
         "extract", facts_json(("User's son starts university in Leeds in autumn", "event", "fact", True))
     )
@@ -81,7 +82,8 @@ def test_forgetful_talk_deletes_nothing_and_is_still_extracted(
     texts = {f.text for f in svc.list_facts("u")}
     assert {"User is a glassblower", "User is allergic to sesame"} <= texts
     assert "User's son starts university in Leeds in autumn" in texts
-    assert engine.calls.count("forget_intent") == 2 and "forget_target" not in engine.calls
+    # "I forgot to say" has no cue at all; "Don't forget" has one and the LLM says no.
+    assert engine.calls.count("forget_intent") == 1 and "forget_target" not in engine.calls
 
 
 def test_a_yes_saying_model_deletes_only_what_the_request_names(

@@ -16,10 +16,11 @@ from memory_core.write.schemas import ExtractedFact, Extraction
 from memory_core.write.speakers import addressed_names, names_listener_as_user, other_person
 
 # A cheap trigger: only a message with one of these words can ask to erase a memory, and only
-# such a message costs the LLM call that decides whether it really does ("I forgot my keys",
-# "don't forget…", a quotation and text to translate do not).
+# such a message costs the LLM call that decides whether it really does ("don't forget…", a
+# quotation and text to translate do not). "forgot" is no cue: the past tense never asks the
+# assistant for anything, and the small model took "I forgot it at the station" for a request.
 _FORGET_CUE = re.compile(
-    r"\b(forget|forgot|delete|erase|remove|wipe|scrub|purge|clear|drop|stop remembering|unlearn)"
+    r"\b(forget|delete|erase|remove|wipe|scrub|purge|clear|drop|stop remembering|unlearn)"
     r"|\b(don'?t|do not|no longer|stop)\s+(keep|store|remember|hold)"
     r"|忘|删|抹掉|抹去|清除|清空|去掉|移除|别记|不要记|别再记|不用记",
     re.IGNORECASE,

@@ -17,11 +17,12 @@ from memory_core.models import Fact, Layer, NewFact, Role, Tag, Turn
 from memory_core.settings import Settings
 from memory_core.store.facts import FactStore
 from memory_core.store.profile import ProfileStore
+from memory_core.text import Tokenizer
 from memory_core.write.analyze import TurnAnalyzer, has_near_time_cue
 from memory_core.write.forget import ForgetResult, Forgetter
 from memory_core.write.prompts import resolve_messages
 from memory_core.write.schemas import RELATIONS, ExtractedFact
-from memory_core.write.speakers import agrees, echoed, self_statements, sentences
+from memory_core.write.speakers import agrees, borrowed_words, echoed, self_statements, sentences
 
 log = logging.getLogger("longmem.write")
 
@@ -66,8 +67,10 @@ class WritePath:
         facts: FactStore,
         profiles: ProfileStore,
         forgetter: Forgetter,
+        tokenizer: Tokenizer,
     ) -> None:
         self._settings = settings
+        self._tokenizer = tokenizer
         self._llm = llm
         self._analyzer = TurnAnalyzer(llm)
         self._embedder = embedder
@@ -139,7 +142,10 @@ class WritePath:
         vectors, said_vectors, heard_vectors = np.split(
             vectors, [len(fact_items), len(fact_items) + len(said)]
         )
-        echoes = echoed(vectors, said_vectors, heard_vectors, self._embedder.echo_margin)
+        borrowed = np.array(
+            [borrowed_words(f.text, message, heard, self._tokenizer.terms) for f in fact_items], dtype=bool
+        )
+        echoes = echoed(vectors, said_vectors, heard_vectors, self._embedder.echo_margin, borrowed)
         for item, vector, echo in zip(fact_items, vectors, echoes, strict=True):
             if echo:
                 plan.echoes += 1

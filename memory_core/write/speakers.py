@@ -9,6 +9,7 @@ with the embedder and a few patterns, without another LLM call.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import numpy as np
 
@@ -87,7 +88,15 @@ def names_listener_as_user(fact: str, addressed: set[str]) -> bool:
     return called is not None and called.group(1) in addressed
 
 
-def echoed(facts: np.ndarray, said: np.ndarray, heard: np.ndarray, margin: float) -> np.ndarray:
+# A fact holding a word only the other party said ("banker" from their "Lost my job as a
+# banker") is theirs unless it sits clearly nearer the user's own words: "User lost their job as
+# a banker" scored 0.010 nearer the user's "I also lost my job at Door Dash" than the banker line.
+BORROWED_SLACK = 0.03
+
+
+def echoed(
+    facts: np.ndarray, said: np.ndarray, heard: np.ndarray, margin: float, borrowed: np.ndarray
+) -> np.ndarray:
     """Which facts are an echo of the other party rather than the user's own words.
 
     Args:
@@ -95,10 +104,19 @@ def echoed(facts: np.ndarray, said: np.ndarray, heard: np.ndarray, margin: float
         said: (s, d) unit vectors of the user's sentences.
         heard: (h, d) unit vectors of the other party's sentences about themselves.
         margin: how much nearer to one heard sentence than to every said one a fact must be.
+        borrowed: (n,) booleans, True for a fact with a word the other party said and the user
+            did not; such a fact is an echo unless it is ``BORROWED_SLACK`` nearer the user's words.
 
     Returns:
         (n,) booleans, True for an echo.
     """
     if len(facts) == 0 or len(said) == 0 or len(heard) == 0:
         return np.zeros(len(facts), dtype=bool)
-    return (facts @ heard.T).max(axis=1) - (facts @ said.T).max(axis=1) > margin
+    lead = (facts @ heard.T).max(axis=1) - (facts @ said.T).max(axis=1)
+    return (lead > margin) | (borrowed & (lead > -BORROWED_SLACK))
+
+
+def borrowed_words(fact: str, message: str, heard: list[str], terms: Callable[[str], list[str]]) -> bool:
+    """Whether ``fact`` holds a word that is in ``heard`` but not in the user's ``message``."""
+    own = set(terms(message))
+    return any(set(terms(fact)) & (set(terms(h)) - own) for h in heard)
