@@ -166,11 +166,11 @@ class ShardClient(_Client):
     def supersede(self, user_id: str, old_id: int, new_id: int) -> None:
         self._call("supersede", user_id, old_id, new_id)
 
-    def expire(self, now: datetime, limit: int | None = None) -> list[int]:
-        return self._call("expire", now, limit)  # type: ignore[no-any-return]
+    def expire(self, now: datetime, limit: int | None = None, tenant: str | None = None) -> list[int]:
+        return self._call("expire", now, limit, tenant)  # type: ignore[no-any-return]
 
-    def count_due(self, now: datetime) -> int:
-        return self._call("count_due", now)  # type: ignore[no-any-return]
+    def count_due(self, now: datetime, tenant: str | None = None) -> int:
+        return self._call("count_due", now, tenant)  # type: ignore[no-any-return]
 
     def erase_user(self, user_id: str) -> int:
         return self._call("erase_user", user_id)  # type: ignore[no-any-return]

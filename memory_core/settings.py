@@ -235,7 +235,15 @@ class ApiKey(BaseModel):
         pattern=TENANT_PATTERN,
         description="Tenant the key acts for; user ids are namespaced per tenant (lowercase, ≤ 32 chars).",
     )
-    admin: bool = Field(default=False, description="May run the expiry sweep and read sweep records.")
+    admin: bool = Field(
+        default=False,
+        description="May run the expiry sweep of its own tenant and read that tenant's sweep records.",
+    )
+    operator: bool = Field(
+        default=False,
+        description="May also sweep every tenant at once (all_tenants) and read every sweep record; "
+        "implies admin. Give it to the cluster's operators, never to a tenant.",
+    )
 
     @field_validator("key")
     @classmethod

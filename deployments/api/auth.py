@@ -1,4 +1,5 @@
-"""API keys → tenants; user ids namespaced per tenant. Fails closed: no key, no access."""
+"""API keys → tenants (user ids namespaced per tenant, see ``memory_core.tenancy``). Fails closed:
+no key, no access."""
 
 from __future__ import annotations
 
@@ -6,19 +7,19 @@ import hashlib
 import hmac
 from dataclasses import dataclass
 
-from memory_core.errors import ConfigError, InvalidUserIdError
+from memory_core.errors import ConfigError
 from memory_core.settings import ServeSettings
-from memory_core.validation import check_user_id
-
-LOCAL_TENANT = "local"
+from memory_core.tenancy import LOCAL_TENANT
 
 
 @dataclass(frozen=True)
 class Principal:
-    """Who is calling."""
+    """Who is calling: a tenant, whose admins act on that tenant only, and whose operators
+    (an explicit role in settings) may act on every tenant."""
 
     tenant: str
     admin: bool
+    operator: bool = False
 
 
 class AuthError(Exception):
@@ -56,7 +57,7 @@ class Authenticator:
                     f"an API key is configured twice (tenants {self._keys[digest].tenant!r}, "
                     f"{entry.tenant!r})"
                 )
-            self._keys[digest] = Principal(entry.tenant, entry.admin)
+            self._keys[digest] = Principal(entry.tenant, entry.admin or entry.operator, entry.operator)
 
     def authenticate(self, authorization: str | None, api_key: str | None) -> Principal:
         """The caller behind the request's headers.
@@ -85,20 +86,3 @@ class Authenticator:
                 return Principal(LOCAL_TENANT, admin=True)
             raise AuthError("unknown API key")
         return found
-
-
-def namespaced(principal: Principal, user_id: str, max_chars: int) -> str:
-    """The stored user id of a tenant's user: ``tenant:user``.
-
-    Tenant names cannot hold ``:``, so the first colon always ends the tenant, and no tenant
-    can name another tenant's user.
-
-    Raises:
-        InvalidUserIdError: the user id is invalid or too long once prefixed.
-    """
-    room = max_chars - len(principal.tenant) - 1
-    try:
-        check_user_id(user_id, room)
-    except InvalidUserIdError as exc:
-        raise InvalidUserIdError(user_id, exc.reason) from None
-    return f"{principal.tenant}:{user_id}"

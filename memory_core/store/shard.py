@@ -290,14 +290,19 @@ class FactShard:
             self._mem.mark_superseded([(old_id, new_id)])
             self._maybe_snapshot()
 
-    def expire(self, now: datetime, limit: int | None = None) -> list[int]:
+    def expire(self, now: datetime, limit: int | None = None, tenant: str | None = None) -> list[int]:
         """Durably delete up to ``limit`` facts whose ``expire_at`` is before ``now``.
+
+        Args:
+            now: the cut-off.
+            limit: most facts deleted by this call (all due when None).
+            tenant: delete only the facts of this tenant's users (every tenant's when None).
 
         Returns:
             The deleted ids (empty when nothing is due).
         """
         with self._lock:
-            due = self._mem.pop_due(as_utc(now), limit)
+            due = self._mem.pop_due(as_utc(now), limit, tenant)
             if not due:
                 return []
             ids = [fact_id for _, fact_id in due]
@@ -310,10 +315,11 @@ class FactShard:
             self._maybe_snapshot()
             return removed
 
-    def count_due(self, now: datetime) -> int:
-        """How many stored facts have ``expire_at`` before ``now`` (for dry runs)."""
+    def count_due(self, now: datetime, tenant: str | None = None) -> int:
+        """How many stored facts (of ``tenant``'s users, or of everyone) have ``expire_at``
+        before ``now`` (for dry runs)."""
         with self._lock:
-            return self._mem.count_due(as_utc(now))
+            return self._mem.count_due(as_utc(now), tenant)
 
     def erase_user(self, user_id: str) -> int:
         """Remove every trace of ``user_id``: facts, and (by compaction) old logs and snapshots.
