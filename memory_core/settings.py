@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, Field, SecretStr, field_validator
+from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from memory_core.errors import ConfigError
@@ -253,6 +253,9 @@ class ApiKey(BaseModel):
         return value
 
 
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
 class ServeSettings(BaseModel):
     """The Ray Serve application: HTTP API, deployments, shard actors."""
 
@@ -266,7 +269,8 @@ class ServeSettings(BaseModel):
     )
     local_only: bool = Field(
         default=False,
-        description="Serve without API keys, bound to 127.0.0.1 only, as tenant 'local' with admin rights.",
+        description="Serve without API keys, bound to 127.0.0.1 only, as tenant 'local' with admin rights; "
+        "refused together with api_keys or a host other than loopback.",
     )
     ray_address: str | None = Field(
         default=None, description="Ray cluster to join ('auto' or ray://host:10001); None starts Ray locally."
@@ -325,6 +329,32 @@ class ServeSettings(BaseModel):
         gt=0,
         description="How long a starting app waits for a shard to load its files (~50 s per 1M facts here).",
     )
+    health_cache_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="How long GET /healthz reuses its deep probe (an embedding and a call to every store and "
+        "deployment) before probing again; GET /livez touches nothing.",
+    )
+
+    @model_validator(mode="after")
+    def _auth_is_never_silently_off(self) -> ServeSettings:
+        # Keys with local_only would let keyless callers in as the local admin beside the keys;
+        # a public host with local_only would hand that admin to the network.
+        if self.local_only and self.api_keys:
+            raise ValueError(
+                "serve.local_only serves without keys, but serve.api_keys are configured: "
+                "drop --local-only (keys are then required) or drop the keys"
+            )
+        if self.local_only and "host" in self.model_fields_set and self.host not in _LOOPBACK:
+            raise ValueError(
+                f"serve.local_only binds 127.0.0.1, but serve.host is {self.host!r}: "
+                "drop --local-only (and configure api_keys) to serve on another interface"
+            )
+        return self
+
+    def bind_host(self) -> str:
+        """The interface the HTTP API listens on: loopback whenever it runs without API keys."""
+        return "127.0.0.1" if self.local_only else self.host
 
 
 class Settings(BaseSettings):

@@ -41,8 +41,14 @@ class Authenticator:
         """Index the keys by digest.
 
         Raises:
-            ConfigError: no key is configured and local_only is off, or one key is given twice.
+            ConfigError: no key is configured and local_only is off, keys are configured and
+                local_only is on, or one key is given twice.
         """
+        if settings.local_only and settings.api_keys:
+            # Settings refuse this when loaded; settings changed afterwards must not open a door.
+            raise ConfigError(
+                "serve.local_only together with serve.api_keys: keyless callers would be admins"
+            )
         self._local_only = settings.local_only
         if not settings.api_keys and not settings.local_only:
             raise ConfigError(
@@ -71,9 +77,10 @@ class Authenticator:
             if scheme.lower() != "bearer" or not token.strip():
                 raise AuthError("Authorization must be 'Bearer <API key>'")
             key = token.strip()
+        if self._local_only:
+            # No key exists (see __init__): every caller, on loopback only, is the local tenant.
+            return Principal(LOCAL_TENANT, admin=True)
         if not key:
-            if self._local_only:
-                return Principal(LOCAL_TENANT, admin=True)
             raise AuthError("missing API key: send 'Authorization: Bearer <key>'")
         digest = _digest(key)
         # Compare against every key, so the time taken says nothing about which prefix matched.
@@ -82,7 +89,5 @@ class Authenticator:
             if hmac.compare_digest(known, digest):
                 found = principal
         if found is None:
-            if self._local_only and not self._keys:
-                return Principal(LOCAL_TENANT, admin=True)
             raise AuthError("unknown API key")
         return found
