@@ -1,4 +1,4 @@
-"""Tenants: the HTTP API stores the user ``user`` of a tenant as ``tenant:user``.
+"""Tenants: every stored user id is ``tenant:user``, whoever stores it (HTTP API or CLI).
 
 Tenant names cannot hold ``:``, so the first colon of a stored id ends its tenant, and no
 tenant can name another tenant's user. The stores treat ids as opaque except to scope work
@@ -7,11 +7,26 @@ that spans users to one tenant (the expiry sweep a tenant's admin runs).
 
 from __future__ import annotations
 
-from memory_core.errors import InvalidUserIdError
+import re
+
+from memory_core.errors import InvalidUserIdError, ValidationError
+from memory_core.settings import TENANT_PATTERN
 from memory_core.validation import check_user_id
 
 LOCAL_TENANT = "local"
 SEPARATOR = ":"
+_TENANT = re.compile(TENANT_PATTERN)
+
+
+def check_tenant(tenant: str) -> str:
+    """Return ``tenant`` if it is a valid tenant name (as API keys' tenants are).
+
+    Raises:
+        ValidationError: not lowercase letters, digits, ``_`` and ``-``, or over 32 characters.
+    """
+    if not _TENANT.match(tenant):
+        raise ValidationError(f"invalid tenant {tenant!r}: lowercase letters, digits, _ and -, at most 32")
+    return tenant
 
 
 def scoped_user_id(tenant: str, user_id: str, max_chars: int) -> str:

@@ -67,10 +67,6 @@ class Partitions:
         part = self._parts.get(user_id)
         return list(part.facts.values()) if part else []
 
-    def has_user(self, user_id: str) -> bool:
-        """Whether the user has any stored fact."""
-        return user_id in self._parts
-
     def new_id(self, taken: set[int]) -> int:
         """A random positive 63-bit id not used here nor in ``taken``."""
         while True:
@@ -216,11 +212,13 @@ class Partitions:
             1 for queue in self._queues(tenant) for entry in queue if entry[0] < now and self._live(entry)
         )
 
-    def export(self) -> tuple[list[Fact], np.ndarray]:
-        """Every stored fact and its vector (row i belongs to facts[i])."""
+    def export(self, without: str | None = None) -> tuple[list[Fact], np.ndarray]:
+        """Every stored fact (but those of user ``without``) and its vector (row i belongs to facts[i])."""
         facts: list[Fact] = []
         blocks: list[np.ndarray] = [np.zeros((0, self.dim), dtype=np.float32)]
-        for part in self._parts.values():
+        for user_id, part in self._parts.items():
+            if user_id == without:
+                continue
             ids = faiss.vector_to_array(part.index.id_map)
             flat = faiss.downcast_index(part.index.index)
             codes = faiss.vector_to_array(flat.codes)  # type: ignore[attr-defined]
