@@ -1,9 +1,10 @@
 """Erasing a user is complete (no byte of their text or id left in any file of the data dir,
-whatever became of their facts before), retry-safe and idempotent, and reaches the same user
-from the CLI as from the API. Real shards and DuckDB."""
+whatever became of their facts before), retry-safe and idempotent, reaches the same user from
+the CLI as from the API, and nothing about them goes to the logs. Real shards and DuckDB."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
@@ -19,6 +20,7 @@ from memory_core.service import MemoryService, Remember, open_local_service
 from memory_core.settings import ServeSettings, Settings
 from memory_core.store import snapshot
 from tests.asgi_app import local_api
+from tests.scripted_engine import ScriptedEngine, facts_json
 
 CANARY = "CANARY-erase-4be1-金丝雀"
 USER = "user-9d3f70"
@@ -111,3 +113,38 @@ def test_the_cli_erases_the_user_the_server_stored(
     assert '"facts": 1' in receipt and '"profile_entries": 1' in receipt
     assert _files_holding(data_dir, CANARY) == []
     assert main(["--data-dir", str(data_dir), "erase", "--user", "alice", "--tenant", "No:Such"]) == 2
+
+
+def test_no_log_line_holds_memory_text_or_a_user_id(
+    settings: Settings, clock: ManualClock, embedder: Embedder, caplog: pytest.LogCaptureFixture
+) -> None:
+    engine = ScriptedEngine()
+    # Chinese facts for an English message fail the language check (twice: the retry too), and
+    # a forget target that is not JSON fails to parse: each error quoted the model's output.
+    said_here = "canary-said-51d2"
+    wrong_language = facts_json((f"{CANARY} 住在长沙", "identity", "fact", False))
+    engine.script("extract", wrong_language, wrong_language)
+    engine.script("forget_target", f"{CANARY} not json", f"{CANARY} not json")
+    settings.serve = ServeSettings(local_only=True)
+    svc = open_local_service(settings, clock, embedder, engine=engine)
+    caplog.set_level(logging.DEBUG)
+    try:
+        with TestClient(local_api(svc)) as client:
+            said = {
+                "session_id": "s",
+                "wait": True,
+                "turns": [{"role": "user", "content": f"I live in Lisbon, {said_here}"}],
+            }
+            ingest = client.post(f"/v1/users/{USER}/turns", json=said)
+            assert ingest.status_code == 200 and ingest.json()["results"][0]["error"], ingest.text
+            forget = client.post(f"/v1/users/{USER}/forget", json={"utterance": f"forget {said_here}"})
+            assert forget.status_code == 502, forget.text
+    finally:
+        svc.close()
+    # The service's own log lines (the test's HTTP client logs the URLs it calls).
+    lines = [
+        logging.Formatter().format(r) for r in caplog.records if not r.name.startswith(("httpx", "httpcore"))
+    ]
+    leaks = [line for line in lines if any(secret in line for secret in (CANARY, said_here, USER))]
+    assert leaks == []
+    assert any("not written" in line for line in lines) and any("answered 502" in line for line in lines)

@@ -72,10 +72,13 @@ def create_api(rt: Runtime) -> FastAPI:
     )
 
     @api.exception_handler(LongmemError)
-    async def core_error(_: Request, exc: LongmemError) -> JSONResponse:
+    async def core_error(request: Request, exc: LongmemError) -> JSONResponse:
         status = status_of(exc)
         if status >= 500:
-            log.warning("%s: %s", type(exc).__name__, exc)
+            # Class and route template only: a message may quote the user or their memories
+            # (the caller gets it in the answer's detail).
+            route = getattr(request.scope.get("route"), "path", "unmatched")
+            log.warning("%s %s answered %d: %s", request.method, route, status, type(exc).__name__)
         # Another user's (or no one's) memory id gets the same answer as a missing one.
         detail = (
             "no such memory or profile entry for this user" if isinstance(exc, NotFoundError) else str(exc)

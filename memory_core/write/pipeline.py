@@ -116,7 +116,9 @@ class WritePath:
             extracted = self._analyzer.extract(turn.content, context, at)
             plan = self._plan(user_id, extracted, at, turn.content, context)
         except LLMError as exc:
-            log.warning("turn %r of user %r not written: %s", turn.turn_id, user_id, exc)
+            # The class only: no user id, turn id or message (which may quote the turn) in logs;
+            # the caller gets the whole error in the outcome.
+            log.warning("a turn was not written: %s", type(exc).__name__)
             outcome.skipped, outcome.error = "error", str(exc)
             return outcome
         self._apply(user_id, turn, plan, at, outcome)
