@@ -263,3 +263,22 @@ def test_terminal_chat_client(serve_app: ServeApp, tmp_path: Path) -> None:
     )
     assert out.returncode == 0, out.stderr
     assert "[memory" in out.stdout and "teal" in out.stdout and "assistant>" in out.stdout
+
+
+def test_serve_logs_hold_no_user_id_or_memory_text(serve_app: ServeApp) -> None:
+    import ray
+
+    user, text = "logcanary-5e1f", "log-canary-text-8c2d"
+    _remember(serve_app.acme, user, text)
+    assert serve_app.acme.post(f"/v1/users/{user}/recall", json={"query": text}).status_code == 200
+    assert serve_app.acme.get(f"/v1/users/{user}/memories/12345").status_code == 404
+    assert (
+        serve_app.acme.post(f"/v1/users/{user}/memories", json={"memories": [{"text": " "}]}).status_code
+        == 422
+    )
+    assert serve_app.acme.delete(f"/v1/users/{user}").status_code == 200
+    time.sleep(2)  # replicas flush their log files
+    logs = Path(ray._private.worker._global_node.get_logs_dir_path())  # this test session's Ray
+    needles = (user.encode(), text.encode())
+    leaks = [p for p in logs.rglob("*") if p.is_file() and any(n in p.read_bytes() for n in needles)]
+    assert leaks == []

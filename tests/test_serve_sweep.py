@@ -78,7 +78,10 @@ def test_sweep_job_deletes_exactly_the_expired(serve_app: ServeApp, tmp_path: Pa
         ).json()["memories"]
         assert any(h["text"].endswith("lasting") for h in hits)
     assert _job(serve_app, tmp_path, T)["deleted"] == 0
-    sweeps = serve_app.acme.get("/v1/admin/sweeps", params={"limit": 3}).json()["sweeps"]
+    # The job sweeps every tenant: its records are an operator's to read, not a tenant admin's.
+    assert {s["tenant"] for s in serve_app.acme.get("/v1/admin/sweeps").json()["sweeps"]} <= {"acme"}
+    with client(serve_app.url, OPERATOR_KEY) as operator:
+        sweeps = operator.get("/v1/admin/sweeps", params={"limit": 3}).json()["sweeps"]
     assert [s["deleted"] for s in sweeps] == [0, 2 * len(users), 0] and sweeps[1]["dry_run"] is False
     log = (serve_app.settings.storage.data_dir / "sweeps" / "sweeps.jsonl").read_text()
     assert CANARY not in log and "sweep0" not in log
