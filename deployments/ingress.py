@@ -36,12 +36,12 @@ class Ingress:
     """Holds the service; Serve routes HTTP to the FastAPI app built from it."""
 
     async def __init__(self, settings: Settings, embedder: DeploymentHandle, llm: DeploymentHandle) -> None:
-        # Serve builds the replica on its event loop, where a handle's .result() is refused:
-        # deployment handles are awaited. The store actors are checked with blocking calls: the
-        # replica takes no requests before its constructor returns anyway.
         # Before anything is opened: a proxy listening elsewhere (e.g. `serve run` on its own
         # defaults) would serve a keyless app to the network or ignore serve.host/port.
         await check_binding(settings)
+        # Serve builds the replica on its event loop, where a handle's .result() is refused:
+        # deployment handles are awaited. The store actors are checked with blocking calls: the
+        # replica takes no requests before its constructor returns anyway.
         self._settings = settings
         local = make_embedder(settings.embedder) if settings.serve.query_embedding == "ingress" else None
         remote_embedder = RemoteEmbedder(embedder, await embedder.info.remote(), local)
