@@ -22,7 +22,7 @@ from tqdm import tqdm
 
 from benchmarks.bench_store import latency_ms
 from benchmarks.embedders import DATA
-from deployments.api.auth import LOCAL_TENANT
+from memory_core.tenancy import LOCAL_TENANT
 
 # Varies the questions' texts (the data set has ~90); nothing in the app caches, but a client might.
 _OPENERS = ["", "Quick question: ", "Remind me, ", "请问，"]

@@ -1,6 +1,8 @@
 """The longmem Serve application: build it from settings, run it on this machine, stop it cleanly.
 
-On a cluster: ``serve run deployments.app:app_builder config=/path/settings.toml`` (see README).
+On a cluster: ``serve run deployments.app:app_builder config=/path/settings.toml`` (see README);
+whatever starts it, the settings are checked before anything is deployed and the ingress checks
+where Serve listens (``deployments/binding.py``).
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import ray
 from ray import serve
 from ray.serve import Application
 
+from deployments.api.auth import Authenticator
+from deployments.binding import http_options
 from deployments.embedder import EmbedderDeployment
 from deployments.ingress import Ingress
 from deployments.llm import LLMDeployment
@@ -27,7 +31,12 @@ APP_NAME = "longmem"
 
 def build_app(settings: Settings) -> Application:
     """Ingress over embedder and LLM deployments (shard, profile and sweeper actors are created
-    by the ingress on first start and found by name afterwards)."""
+    by the ingress on first start and found by name afterwards).
+
+    Raises:
+        ConfigError: no API key and not local-only (auth would be off), before anything is deployed.
+    """
+    Authenticator(settings.serve)
     serve_cfg = settings.serve
     # Two cores cannot give every replica a whole CPU (DESIGN.md): every replica asks for none.
     cpu0 = {"num_cpus": 0}
@@ -70,19 +79,13 @@ class RunningApp:
     seconds_to_ready: float
 
 
-def bind_host(settings: Settings) -> str:
-    """The interface to listen on: loopback whenever the server runs without API keys."""
-    return "127.0.0.1" if settings.serve.local_only else settings.serve.host
-
-
 def start(settings: Settings) -> RunningApp:
     """Start Ray (or join ``serve.ray_address``), Serve, and the app; returns when it answers.
 
     Raises:
-        ConfigError: no API key and not local-only (checked before anything starts).
+        ConfigError: no API key and not local-only (checked before anything starts), or Serve
+            already runs on this cluster listening elsewhere than the settings say.
     """
-    from deployments.api.auth import Authenticator
-
     Authenticator(settings.serve)  # fail closed before spending seconds on Ray
     began = time.perf_counter()
     if not ray.is_initialized():
@@ -92,8 +95,8 @@ def start(settings: Settings) -> RunningApp:
             include_dashboard=False,
             log_to_driver=False,
         )
-    host = bind_host(settings)
-    serve.start(http_options={"host": host, "port": settings.serve.port})
+    options = http_options(settings)
+    serve.start(http_options=options)
     try:
         serve.run(build_app(settings), name=APP_NAME, route_prefix="/")
     except RuntimeError as exc:  # Serve reports a deployment that failed to start this way
@@ -101,7 +104,7 @@ def start(settings: Settings) -> RunningApp:
         raise ConfigError(
             f"longmem did not start: {exc} (replica logs: /tmp/ray/session_latest/logs/serve)"
         ) from None
-    shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+    shown = "127.0.0.1" if options["host"] in ("0.0.0.0", "::") else options["host"]
     return RunningApp(
         url=f"http://{shown}:{settings.serve.port}", seconds_to_ready=time.perf_counter() - began
     )

@@ -15,6 +15,7 @@ from deployments.api.auth import Authenticator
 from deployments.api.jobs import JobQueue
 from deployments.api.metrics import Metrics
 from deployments.api.runtime import Runtime
+from deployments.binding import check_binding
 from deployments.embedder import RemoteEmbedder
 from deployments.llm import RemoteEngine
 from deployments.stores import ShardClient, open_profile, open_shards
@@ -35,6 +36,9 @@ class Ingress:
     """Holds the service; Serve routes HTTP to the FastAPI app built from it."""
 
     async def __init__(self, settings: Settings, embedder: DeploymentHandle, llm: DeploymentHandle) -> None:
+        # Before anything is opened: a proxy listening elsewhere (e.g. `serve run` on its own
+        # defaults) would serve a keyless app to the network or ignore serve.host/port.
+        await check_binding(settings)
         # Serve builds the replica on its event loop, where a handle's .result() is refused:
         # deployment handles are awaited. The store actors are checked with blocking calls: the
         # replica takes no requests before its constructor returns anyway.

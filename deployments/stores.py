@@ -27,9 +27,12 @@ from memory_core.store.facts import open_manifest, shard_dir
 from memory_core.store.profile import DuckDBProfileStore
 from memory_core.store.shard import FactShard
 
-# Calls the clients may repeat after an actor restart: they change nothing.
-_READS = frozenset({"search", "get", "list_user", "vectors_of", "count_due", "stats", "health", "validate"})
-_SHARD_CALLS = _READS | {"add", "delete", "supersede", "expire", "erase_user", "snapshot", "close"}
+# Calls the clients may repeat after an actor restart: reads change nothing, and an erase
+# repeated is the same erase (it completes one that died half-way).
+_REPEATABLE = frozenset(
+    {"search", "get", "list_user", "vectors_of", "count_due", "stats", "health", "validate", "erase_user"}
+)
+_SHARD_CALLS = _REPEATABLE | {"add", "delete", "supersede", "expire", "snapshot", "close"}
 _PROFILE_CALLS = frozenset({"get", "upsert", "delete", "erase_user", "close", "health"})
 _RETRY_PAUSE_S = 0.25
 
@@ -122,9 +125,9 @@ class _Client:
                 ok, value = ray.get(self._actor.invoke.remote(method, *args), timeout=left)
                 break
             except RayActorError as exc:
-                # A read that met the actor mid-restart is asked again until the deadline; a
-                # write is not, since it may have been logged before the actor died.
-                if method in _READS and time.monotonic() + _RETRY_PAUSE_S < deadline:
+                # A read (or an erase) that met the actor mid-restart is asked again until the
+                # deadline; a write is not, since it may have been logged before the actor died.
+                if method in _REPEATABLE and time.monotonic() + _RETRY_PAUSE_S < deadline:
                     time.sleep(_RETRY_PAUSE_S)
                     continue
                 raise StorageError(
@@ -166,11 +169,11 @@ class ShardClient(_Client):
     def supersede(self, user_id: str, old_id: int, new_id: int) -> None:
         self._call("supersede", user_id, old_id, new_id)
 
-    def expire(self, now: datetime, limit: int | None = None) -> list[int]:
-        return self._call("expire", now, limit)  # type: ignore[no-any-return]
+    def expire(self, now: datetime, limit: int | None = None, tenant: str | None = None) -> list[int]:
+        return self._call("expire", now, limit, tenant)  # type: ignore[no-any-return]
 
-    def count_due(self, now: datetime) -> int:
-        return self._call("count_due", now)  # type: ignore[no-any-return]
+    def count_due(self, now: datetime, tenant: str | None = None) -> int:
+        return self._call("count_due", now, tenant)  # type: ignore[no-any-return]
 
     def erase_user(self, user_id: str) -> int:
         return self._call("erase_user", user_id)  # type: ignore[no-any-return]

@@ -48,16 +48,17 @@ class SweeperActor:
             self._scheduled = self._scheduler.start()
         return self._scheduled.isoformat() if self._scheduled else None
 
-    def run(self, now: datetime, dry_run: bool, trigger: str) -> tuple[bool, Any]:
-        """One sweep; (True, record) or (False, the LongmemError, e.g. SweepBusyError)."""
+    def run(self, now: datetime, dry_run: bool, trigger: str, tenant: str | None) -> tuple[bool, Any]:
+        """One sweep (of ``tenant``'s users, or of everyone); (True, record) or (False, the
+        LongmemError, e.g. SweepBusyError)."""
         try:
-            return True, self._runner.run(now, dry_run, SweepTrigger(trigger))
+            return True, self._runner.run(now, dry_run, SweepTrigger(trigger), tenant)
         except LongmemError as exc:
             return False, exc
 
-    def list(self, limit: int) -> list[SweepRecord]:
-        """The newest run records."""
-        return self._runner.log.list(limit)
+    def list(self, limit: int, tenant: str | None) -> list[SweepRecord]:
+        """The newest run records (of ``tenant``'s sweeps, or all)."""
+        return self._runner.log.list(limit, tenant)
 
     def stop(self) -> None:
         """Stop the schedule (a sweep in progress finishes first)."""
@@ -79,13 +80,20 @@ class SweeperClient:
     def __init__(self, actor: ActorHandle) -> None:
         self._actor = actor
 
-    def run(self, now: datetime, dry_run: bool, trigger: SweepTrigger = SweepTrigger.MANUAL) -> SweepRecord:
-        """Run one sweep now; raises SweepBusyError while another runs."""
-        ok, value = ray.get(self._actor.run.remote(now, dry_run, trigger.value))
+    def run(
+        self,
+        now: datetime,
+        dry_run: bool,
+        tenant: str | None = None,
+        trigger: SweepTrigger = SweepTrigger.MANUAL,
+    ) -> SweepRecord:
+        """Run one sweep now (of ``tenant``'s users, or of everyone); raises SweepBusyError while
+        another runs."""
+        ok, value = ray.get(self._actor.run.remote(now, dry_run, trigger.value, tenant))
         if not ok:
             raise value
         return value  # type: ignore[no-any-return]
 
-    def list(self, limit: int) -> list[SweepRecord]:
-        """The newest run records."""
-        return ray.get(self._actor.list.remote(limit))  # type: ignore[no-any-return]
+    def list(self, limit: int, tenant: str | None = None) -> list[SweepRecord]:
+        """The newest run records (of ``tenant``'s sweeps, or all)."""
+        return ray.get(self._actor.list.remote(limit, tenant))  # type: ignore[no-any-return]

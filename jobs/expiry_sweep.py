@@ -42,7 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         dim, embedder = data_dir_embedder(settings.storage.data_dir)
         sweeper = SweeperClient(open_sweeper(settings, dim, embedder))
         now = as_utc(args.now) if args.now else datetime.now(UTC)
-        record = sweeper.run(now, args.dry_run, SweepTrigger.JOB)
+        record = sweeper.run(now, args.dry_run, trigger=SweepTrigger.JOB)
         print(record.model_dump_json())
         record.raise_for_status()
     except LongmemError as exc:

@@ -1,8 +1,9 @@
 """``longmem`` commands: store, recall, forget and inspect memories on this machine.
 
 Every command takes ``--data-dir`` and ``--config``; everything else comes from the
-settings (env vars ``LONGMEM_...``, see README). Errors from longmem print one line on
-stderr and exit with status 2; nothing is half-written.
+settings (env vars ``LONGMEM_...``, see README). ``--user alice`` means the user the HTTP
+API calls alice, of ``--tenant`` (``local`` by default): stored as ``local:alice``. Errors
+from longmem print one line on stderr and exit with status 2; nothing is half-written.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from memory_core.llm.factory import make_engine
 from memory_core.models import Fact, RecallHit, Tag
 from memory_core.service import MemoryService, Remember, open_local_service
 from memory_core.settings import Settings, load_settings
+from memory_core.tenancy import LOCAL_TENANT, check_tenant, scoped_user_id
 
 _DURATION = re.compile(r"(\d+)\s*([mhdw])")
 _UNITS = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
@@ -187,7 +189,12 @@ def _build_parser() -> argparse.ArgumentParser:
         return cmd
 
     def user(cmd: argparse.ArgumentParser) -> None:
-        cmd.add_argument("--user", required=True, help="user id")
+        cmd.add_argument("--user", required=True, help="user id, as the HTTP API names it")
+        cmd.add_argument(
+            "--tenant",
+            default=LOCAL_TENANT,
+            help=f"the user's tenant: an API key's tenant, or {LOCAL_TENANT!r} (default), as --local-only",
+        )
 
     cmd = add("remember", cmd_remember, "store a fact for a user")
     user(cmd)
@@ -272,6 +279,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             if getattr(args, "standalone", False):
                 args.func(settings, args)
                 return 0
+            if hasattr(args, "tenant"):
+                # The id the server stores: a user stored over HTTP is the one the CLI reaches.
+                tenant = check_tenant(args.tenant)
+                args.user = scoped_user_id(tenant, args.user, settings.limits.max_user_id_chars)
             svc = open_local_service(settings)
             try:
                 args.func(svc, args)

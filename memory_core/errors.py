@@ -6,7 +6,8 @@ The tree::
     ├── ValidationError          bad input; nothing was stored
     │   ├── InvalidUserIdError   user id empty, too long or with forbidden characters
     │   ├── InvalidTextError     text empty or over the length limit
-    │   └── InvalidVectorError   wrong dimension, NaN/inf, zero norm
+    │   ├── InvalidVectorError   wrong dimension, NaN/inf, zero norm
+    │   └── FutureCutoffError    a sweep cut-off after the server's clock
     ├── NotFoundError            a memory id the user does not own (or that does not exist)
     ├── ConfigError              settings that cannot work (e.g. shard count changed on a data dir)
     ├── LLMError                 the judge/extractor LLM failed; the turn is not written
@@ -23,6 +24,8 @@ The HTTP ingress maps these to status codes; nothing below it knows about HTTP.
 """
 
 from __future__ import annotations
+
+from datetime import datetime
 
 
 def _rebuild(cls: type[LongmemError], message: str, state: dict[str, object]) -> LongmemError:
@@ -68,6 +71,19 @@ class InvalidVectorError(ValidationError):
     def __init__(self, reason: str) -> None:
         self.reason = reason
         super().__init__(f"invalid vector: {reason}")
+
+
+class FutureCutoffError(ValidationError):
+    """A sweep was asked for a cut-off after the server's clock: it would delete facts that have
+    not expired yet."""
+
+    def __init__(self, cutoff: datetime, clock: datetime) -> None:
+        self.cutoff = cutoff
+        self.clock = clock
+        super().__init__(
+            f"sweep cut-off {cutoff.isoformat()} is after the server's clock {clock.isoformat()}: "
+            "a sweep deletes only facts that have already expired"
+        )
 
 
 class NotFoundError(LongmemError):

@@ -315,12 +315,15 @@ class MemoryService:
         """Delete some of the user's facts by id; raises NotFoundError if one is not theirs."""
         return self.facts.delete(self._user(user_id), fact_ids)
 
-    def sweep(self, now: datetime | None = None, dry_run: bool = False) -> SweepRecord:
+    def sweep(
+        self, now: datetime | None = None, dry_run: bool = False, tenant: str | None = None
+    ) -> SweepRecord:
         """Delete every fact whose expiry is before ``now``, shard by shard in paced batches.
 
         Args:
             now: the cut-off (the clock's now by default); a fact expiring exactly then is kept.
             dry_run: only count what is due.
+            tenant: sweep only this tenant's users (every tenant's when None).
 
         Returns:
             The run record (also in the sweep log); its status is partial if a shard failed.
@@ -332,7 +335,7 @@ class MemoryService:
         """
         if self.sweeper is None:
             raise ConfigError("this service has no sweep log: open it with one to sweep")
-        return self.sweeper.run(as_utc(now) if now else self.clock.now(), dry_run=dry_run)
+        return self.sweeper.run(as_utc(now) if now else self.clock.now(), dry_run=dry_run, tenant=tenant)
 
     def count_due(self, now: datetime | None = None) -> int:
         """How many facts a sweep at ``now`` would delete."""

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, Field, SecretStr, field_validator
+from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from memory_core.errors import ConfigError
@@ -242,7 +242,15 @@ class ApiKey(BaseModel):
         pattern=TENANT_PATTERN,
         description="Tenant the key acts for; user ids are namespaced per tenant (lowercase, ≤ 32 chars).",
     )
-    admin: bool = Field(default=False, description="May run the expiry sweep and read sweep records.")
+    admin: bool = Field(
+        default=False,
+        description="May run the expiry sweep of its own tenant and read that tenant's sweep records.",
+    )
+    operator: bool = Field(
+        default=False,
+        description="May also sweep every tenant at once (all_tenants) and read every sweep record; "
+        "implies admin. Give it to the cluster's operators, never to a tenant.",
+    )
 
     @field_validator("key")
     @classmethod
@@ -250,6 +258,9 @@ class ApiKey(BaseModel):
         if len(value.get_secret_value()) < 16:
             raise ValueError("an API key needs at least 16 characters")
         return value
+
+
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 class ServeSettings(BaseModel):
@@ -265,7 +276,8 @@ class ServeSettings(BaseModel):
     )
     local_only: bool = Field(
         default=False,
-        description="Serve without API keys, bound to 127.0.0.1 only, as tenant 'local' with admin rights.",
+        description="Serve without API keys, bound to 127.0.0.1 only, as tenant 'local' with admin rights; "
+        "refused together with api_keys or a host other than loopback.",
     )
     ray_address: str | None = Field(
         default=None, description="Ray cluster to join ('auto' or ray://host:10001); None starts Ray locally."
@@ -324,6 +336,32 @@ class ServeSettings(BaseModel):
         gt=0,
         description="How long a starting app waits for a shard to load its files (~50 s per 1M facts here).",
     )
+    health_cache_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="How long GET /healthz reuses its deep probe (an embedding and a call to every store and "
+        "deployment) before probing again; GET /livez touches nothing.",
+    )
+
+    @model_validator(mode="after")
+    def _auth_is_never_silently_off(self) -> ServeSettings:
+        # Keys with local_only would let keyless callers in as the local admin beside the keys;
+        # a public host with local_only would hand that admin to the network.
+        if self.local_only and self.api_keys:
+            raise ValueError(
+                "serve.local_only serves without keys, but serve.api_keys are configured: "
+                "drop --local-only (keys are then required) or drop the keys"
+            )
+        if self.local_only and "host" in self.model_fields_set and self.host not in _LOOPBACK:
+            raise ValueError(
+                f"serve.local_only binds 127.0.0.1, but serve.host is {self.host!r}: "
+                "drop --local-only (and configure api_keys) to serve on another interface"
+            )
+        return self
+
+    def bind_host(self) -> str:
+        """The interface the HTTP API listens on: loopback whenever it runs without API keys."""
+        return "127.0.0.1" if self.local_only else self.host
 
 
 class Settings(BaseSettings):

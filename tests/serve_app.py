@@ -23,6 +23,7 @@ from memory_core.settings import (
 
 ADMIN_KEY = "acme-admin-key-0123456789"
 OTHER_KEY = "globex-key-0123456789abcdef"
+OPERATOR_KEY = "ops-operator-key-0123456789"
 
 
 def free_port() -> int:
@@ -32,8 +33,8 @@ def free_port() -> int:
 
 
 def serve_settings(data_dir: Path, port: int) -> Settings:
-    """Two shards, two tenants (acme may run admin calls), no sweep schedule, small sweep batches
-    (so a sweep lasts long enough to kill a shard in the middle of it)."""
+    """Two shards, two tenants (acme may run admin calls) and an operator, no sweep schedule, small
+    sweep batches (so a sweep lasts long enough to kill a shard in the middle of it)."""
     return Settings(
         storage=StorageSettings(data_dir=data_dir, shards=2),
         serve=ServeSettings(
@@ -42,6 +43,7 @@ def serve_settings(data_dir: Path, port: int) -> Settings:
             api_keys=[
                 ApiKey(key=ADMIN_KEY, tenant="acme", admin=True),
                 ApiKey(key=OTHER_KEY, tenant="globex"),
+                ApiKey(key=OPERATOR_KEY, tenant="ops", operator=True),
             ],
         ),
         sweep=SweepSettings(schedule_every=timedelta(0), batch_size=200, pause_seconds=0.02),

@@ -33,6 +33,7 @@ from memory_core.settings import LimitSettings, StorageSettings
 from memory_core.store import snapshot as snap
 from memory_core.store import wal
 from memory_core.store.facts import LocalFactStore
+from memory_core.store.fsutil import write_atomically
 from memory_core.store.shard import FactShard
 
 DIM = 16
@@ -601,3 +602,32 @@ def test_failed_write_on_one_shard_takes_back_the_whole_batch(
     store = LocalFactStore(storage, LimitSettings(), DIM, "durability-test")
     assert _texts(store, first) == set() and _texts(store, second) == set()
     store.close()
+
+
+def test_concurrent_atomic_writes_of_one_path_never_share_a_temp_file(tmp_path: Path) -> None:
+    target = tmp_path / "longmem.json"
+    payloads = [bytes([65 + n]) * 200_000 for n in range(8)]
+    start = threading.Barrier(len(payloads))
+    errors: list[BaseException] = []
+
+    def writer(payload: bytes) -> None:
+        start.wait()
+        for _ in range(20):
+            try:
+                write_atomically(
+                    target,
+                    lambda handle: [
+                        handle.write(payload[i : i + 4096]) for i in range(0, len(payload), 4096)
+                    ],
+                )
+            except StorageError as exc:
+                errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(p,)) for p in payloads]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert target.read_bytes() in payloads  # whole, and one writer's
+    assert [p.name for p in tmp_path.iterdir()] == [target.name]  # no temp file left behind

@@ -14,7 +14,7 @@ import pytest
 
 from deployments.api.auth import Authenticator
 from memory_core.errors import ConfigError
-from memory_core.settings import ServeSettings
+from memory_core.settings import ServeSettings, Settings, load_settings
 from tests.serve_app import ADMIN_KEY, ServeApp
 
 
@@ -41,10 +41,26 @@ def test_no_key_configured_refuses_to_start() -> None:
 
 
 def test_local_only_binds_loopback() -> None:
-    from deployments.app import bind_host
-    from memory_core.settings import Settings
+    from deployments.binding import http_options
 
-    assert bind_host(Settings(serve=ServeSettings(local_only=True, host="0.0.0.0"))) == "127.0.0.1"
+    assert http_options(Settings(serve=ServeSettings(local_only=True)))["host"] == "127.0.0.1"
+    with pytest.raises(ConfigError, match="local_only"):
+        load_settings(serve={"local_only": True, "host": "0.0.0.0"})
+
+
+def test_ingress_refuses_a_proxy_listening_elsewhere(serve_app: ServeApp) -> None:
+    import asyncio
+
+    from deployments.binding import check_binding
+
+    asyncio.run(check_binding(serve_app.settings))
+    serve = serve_app.settings.serve
+    for elsewhere in (
+        serve.model_copy(update={"port": serve.port + 1}),
+        serve.model_copy(update={"host": "0.0.0.0"}),  # settings public, proxy on serve run's default
+    ):
+        with pytest.raises(ConfigError, match="listens on 127.0.0.1"):
+            asyncio.run(check_binding(serve_app.settings.model_copy(update={"serve": elsewhere})))
 
 
 def test_auth_fails_closed(serve_app: ServeApp) -> None:
@@ -216,6 +232,7 @@ def test_openai_client_gets_memory(serve_app: ServeApp) -> None:
 def test_health_metrics_and_openapi(serve_app: ServeApp) -> None:
     health = serve_app.anonymous.get("/healthz").json()
     assert health["ok"] and len(health["shards"]) == serve_app.settings.storage.shards
+    assert serve_app.anonymous.get("/livez").json() == {"ok": True}
     metrics = serve_app.anonymous.get("/metrics").text
     assert 'longmem_http_requests_total{route="/v1/users/{user_id}/memories"' in metrics
     assert "longmem_facts{" in metrics and "bob" not in metrics
@@ -246,3 +263,22 @@ def test_terminal_chat_client(serve_app: ServeApp, tmp_path: Path) -> None:
     )
     assert out.returncode == 0, out.stderr
     assert "[memory" in out.stdout and "teal" in out.stdout and "assistant>" in out.stdout
+
+
+def test_serve_logs_hold_no_user_id_or_memory_text(serve_app: ServeApp) -> None:
+    import ray
+
+    user, text = "logcanary-5e1f", "log-canary-text-8c2d"
+    _remember(serve_app.acme, user, text)
+    assert serve_app.acme.post(f"/v1/users/{user}/recall", json={"query": text}).status_code == 200
+    assert serve_app.acme.get(f"/v1/users/{user}/memories/12345").status_code == 404
+    assert (
+        serve_app.acme.post(f"/v1/users/{user}/memories", json={"memories": [{"text": " "}]}).status_code
+        == 422
+    )
+    assert serve_app.acme.delete(f"/v1/users/{user}").status_code == 200
+    time.sleep(2)  # replicas flush their log files
+    logs = Path(ray._private.worker._global_node.get_logs_dir_path())  # this test session's Ray
+    needles = (user.encode(), text.encode())
+    leaks = [p for p in logs.rglob("*") if p.is_file() and any(n in p.read_bytes() for n in needles)]
+    assert leaks == []

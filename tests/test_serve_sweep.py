@@ -10,13 +10,14 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import httpx
 import numpy as np
 import ray
 
 from deployments.stores import open_shards, shard_actor_name
 from memory_core.models import NewFact
 from memory_core.routing import shard_of
-from tests.serve_app import ServeApp
+from tests.serve_app import OPERATOR_KEY, ServeApp, client
 
 T = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 CANARY = "canary-sweep-7f3a"
@@ -77,7 +78,10 @@ def test_sweep_job_deletes_exactly_the_expired(serve_app: ServeApp, tmp_path: Pa
         ).json()["memories"]
         assert any(h["text"].endswith("lasting") for h in hits)
     assert _job(serve_app, tmp_path, T)["deleted"] == 0
-    sweeps = serve_app.acme.get("/v1/admin/sweeps", params={"limit": 3}).json()["sweeps"]
+    # The job sweeps every tenant: its records are an operator's to read, not a tenant admin's.
+    assert {s["tenant"] for s in serve_app.acme.get("/v1/admin/sweeps").json()["sweeps"]} <= {"acme"}
+    with client(serve_app.url, OPERATOR_KEY) as operator:
+        sweeps = operator.get("/v1/admin/sweeps", params={"limit": 3}).json()["sweeps"]
     assert [s["deleted"] for s in sweeps] == [0, 2 * len(users), 0] and sweeps[1]["dry_run"] is False
     log = (serve_app.settings.storage.data_dir / "sweeps" / "sweeps.jsonl").read_text()
     assert CANARY not in log and "sweep0" not in log
@@ -140,3 +144,32 @@ def test_shard_killed_mid_sweep_loses_nothing_and_next_sweep_finishes(serve_app:
 def _bulk_user(shards: int, shard_no: int) -> str:
     """A user id of tenant acme that routes to ``shard_no``."""
     return next(f"acme:bulk{n}" for n in range(1000) if shard_of(f"acme:bulk{n}", shards) == shard_no)
+
+
+def test_admin_sweeps_its_own_tenant_only_and_never_the_future(serve_app: ServeApp) -> None:
+    said = datetime.now(UTC) - timedelta(days=2)
+    memories = [
+        {"text": "at the station", "expire_at": (said + timedelta(hours=1)).isoformat()},
+        {"text": "lives in Porto"},
+    ]
+    for tenant in (serve_app.acme, serve_app.globex):
+        out = tenant.post("/v1/users/scoped/memories", json={"memories": memories, "at": said.isoformat()})
+        assert out.status_code == 201, out.text
+
+    def texts(tenant: httpx.Client) -> set[str]:
+        return {m["text"] for m in tenant.get("/v1/users/scoped/memories").json()["memories"]}
+
+    future = serve_app.acme.post("/v1/admin/sweep", json={"now": "9999-12-31T00:00:00Z"})
+    assert future.status_code == 422 and future.json()["error"] == "FutureCutoffError"
+    assert texts(serve_app.acme) == texts(serve_app.globex) == {"at the station", "lives in Porto"}
+    assert serve_app.acme.post("/v1/admin/sweep", json={"all_tenants": True}).status_code == 403
+    record = serve_app.acme.post("/v1/admin/sweep", json={}).json()
+    assert record["status"] == "ok" and record["tenant"] == "acme" and record["deleted"] >= 1
+    assert texts(serve_app.acme) == {"lives in Porto"}
+    assert texts(serve_app.globex) == {"at the station", "lives in Porto"}
+    assert {s["tenant"] for s in serve_app.acme.get("/v1/admin/sweeps").json()["sweeps"]} == {"acme"}
+    with client(serve_app.url, OPERATOR_KEY) as operator:
+        everyone = operator.post("/v1/admin/sweep", json={"all_tenants": True}).json()
+        assert everyone["status"] == "ok" and everyone["tenant"] is None and everyone["deleted"] >= 1
+        assert None in {s["tenant"] for s in operator.get("/v1/admin/sweeps").json()["sweeps"]}
+    assert texts(serve_app.globex) == {"lives in Porto"}

@@ -87,16 +87,16 @@ class Probe:
         if self.fails(self.calls - 1):
             raise self.error()
 
-    def expire(self, now: datetime, limit: int | None = None) -> list[int]:
+    def expire(self, now: datetime, limit: int | None = None, tenant: str | None = None) -> list[int]:
         self.limits.append(limit)
         self._enter()
-        ids = self.shard.expire(now, limit)
+        ids = self.shard.expire(now, limit, tenant)
         self.returned.append(len(ids))
         return ids
 
-    def count_due(self, now: datetime) -> int:
+    def count_due(self, now: datetime, tenant: str | None = None) -> int:
         self._enter()
-        return self.shard.count_due(now)
+        return self.shard.count_due(now, tenant)
 
 
 def _vectors(rows: int, seed: int = 0) -> np.ndarray:
@@ -241,6 +241,36 @@ def test_dry_run_counts_and_deletes_nothing(shards: Callable[[int], list[FactSha
     assert [(s.due, s.deleted, s.batches) for s in record.shards] == [(5, 0, 0), (3, 0, 0)]
     assert first.count_due(T) == 5 and second.count_due(T) == 3
     assert runner.run(T).deleted == 8
+
+
+def test_a_tenant_sweep_takes_only_that_tenants_facts_and_survives_a_restart(
+    tmp_path: Path, log: SweepLog
+) -> None:
+    first, second = FactShard(tmp_path / "one", DIM), FactShard(tmp_path / "two", DIM)
+    for shard in (first, second):
+        planted = (
+            _due_facts("acme:a", due=4, later=1) + _due_facts("globex:a", due=3) + _due_facts("acme", due=2)
+        )
+        _add(shard, planted)
+    runner = _runner([first, second], log, batch_size=3)
+    assert runner.run(T, dry_run=True, tenant="acme").due == 8
+    record = runner.run(T, tenant="acme")
+    assert record.tenant == "acme" and record.deleted == 8 and [s.batches for s in record.shards] == [2, 2]
+    for shard in (first, second):
+        assert [f.text for f in shard.list_user("acme:a")] == ["later 0"]
+        assert len(shard.list_user("globex:a")) == 3 and len(shard.list_user("acme")) == 2
+        assert shard.count_due(T, "acme") == 0 and shard.count_due(T, "globex") == 3
+        shard.close()
+    first, second = FactShard(tmp_path / "one", DIM), FactShard(tmp_path / "two", DIM)
+    try:
+        assert (first.count_due(T, "acme"), first.count_due(T, "globex"), first.count_due(T, "")) == (0, 3, 2)
+        whole = _runner([first, second], log).run(T)
+        assert whole.tenant is None and whole.deleted == 10
+        assert [r.tenant for r in log.list(tenant="acme")] == ["acme", "acme"]
+        assert [r.tenant for r in log.list()] == [None, "acme", "acme"]
+    finally:
+        first.close()
+        second.close()
 
 
 # ------------------------------------------------------------------------ shards that fail

@@ -1,4 +1,5 @@
-"""Admin routes: run the expiry sweep with an explicit cut-off, read the sweep log."""
+"""Admin routes: run the expiry sweep of the caller's tenant (every tenant's for operators),
+read the sweep log."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from deployments.api.app import principal_dependency
 from deployments.api.auth import AuthError, Principal
 from deployments.api.dto import SweepIn
 from deployments.api.runtime import Runtime
+from memory_core.errors import FutureCutoffError
 from memory_core.models import as_utc
 
 
@@ -23,16 +25,25 @@ def admin_router(rt: Runtime) -> APIRouter:
 
     @router.post("/sweep")
     def sweep(body: SweepIn, principal: Principal = caller) -> dict[str, object]:
-        """Delete every fact (all tenants) whose expiry is before ``now``; 409 while a sweep runs."""
+        """Delete the caller's tenant's facts whose expiry is before ``now`` (every tenant's with
+        ``all_tenants``, operator keys only); 422 for a cut-off after the server's clock, 409 while
+        a sweep runs."""
         _admin(principal)
-        now = as_utc(body.now) if body.now else rt.service.clock.now()
-        record = rt.sweeps.run(now, body.dry_run)
+        if body.all_tenants and not principal.operator:
+            raise AuthError("only an operator key may sweep every tenant", status=403)
+        clock = rt.service.clock.now()
+        now = as_utc(body.now) if body.now else clock
+        if now > clock:
+            raise FutureCutoffError(now, clock)
+        record = rt.sweeps.run(now, body.dry_run, None if body.all_tenants else principal.tenant)
         return record.model_dump(mode="json")
 
     @router.get("/sweeps")
     def sweeps(limit: int = Query(50, ge=1, le=1000), principal: Principal = caller) -> dict[str, object]:
-        """The newest sweep run records (counts and errors only: no memory text)."""
+        """The newest sweep run records of the caller's tenant (every record for operators);
+        counts and errors only, no memory text."""
         _admin(principal)
-        return {"sweeps": [r.model_dump(mode="json") for r in rt.sweeps.list(limit)]}
+        tenant = None if principal.operator else principal.tenant
+        return {"sweeps": [r.model_dump(mode="json") for r in rt.sweeps.list(limit, tenant)]}
 
     return router

@@ -14,6 +14,7 @@ from fastapi.responses import JSONResponse, Response
 
 from deployments.api.auth import AuthError, Principal
 from deployments.api.dto import ErrorOut
+from deployments.api.health import CachedProbe
 from deployments.api.limits import limit_body
 from deployments.api.metrics import CONTENT_TYPE
 from deployments.api.runtime import Runtime
@@ -71,10 +72,13 @@ def create_api(rt: Runtime) -> FastAPI:
     )
 
     @api.exception_handler(LongmemError)
-    async def core_error(_: Request, exc: LongmemError) -> JSONResponse:
+    async def core_error(request: Request, exc: LongmemError) -> JSONResponse:
         status = status_of(exc)
         if status >= 500:
-            log.warning("%s: %s", type(exc).__name__, exc)
+            # Class and route template only: a message may quote the user or their memories
+            # (the caller gets it in the answer's detail).
+            route = getattr(request.scope.get("route"), "path", "unmatched")
+            log.warning("%s %s answered %d: %s", request.method, route, status, type(exc).__name__)
         # Another user's (or no one's) memory id gets the same answer as a missing one.
         detail = (
             "no such memory or profile entry for this user" if isinstance(exc, NotFoundError) else str(exc)
@@ -93,10 +97,18 @@ def create_api(rt: Runtime) -> FastAPI:
         errors = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", "")} for e in exc.errors()]
         return _error(422, "ValidationError", errors)
 
+    deep = CachedProbe(rt.health, rt.settings.serve.health_cache_s)
+
+    @api.get("/livez", tags=["ops"])
+    def livez() -> dict[str, bool]:
+        """The ingress answers (touches no store, embedder or LLM)."""
+        return {"ok": True}
+
     @api.get("/healthz", tags=["ops"])
     def healthz() -> JSONResponse:
-        """Shards (index loaded, log writable), profile store (DuckDB open), embedder and LLM reachable."""
-        report = rt.health()
+        """Shards (index loaded, log writable), profile store (DuckDB open), embedder and LLM reachable;
+        probed at most once per ``serve.health_cache_s`` (``age_s`` says how long ago)."""
+        report = deep.report()
         return JSONResponse(report, status_code=200 if report["ok"] else 503)
 
     @api.get("/metrics", tags=["ops"])

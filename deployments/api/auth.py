@@ -1,4 +1,5 @@
-"""API keys → tenants; user ids namespaced per tenant. Fails closed: no key, no access."""
+"""API keys → tenants (user ids namespaced per tenant, see ``memory_core.tenancy``). Fails closed:
+no key, no access."""
 
 from __future__ import annotations
 
@@ -6,19 +7,19 @@ import hashlib
 import hmac
 from dataclasses import dataclass
 
-from memory_core.errors import ConfigError, InvalidUserIdError
+from memory_core.errors import ConfigError
 from memory_core.settings import ServeSettings
-from memory_core.validation import check_user_id
-
-LOCAL_TENANT = "local"
+from memory_core.tenancy import LOCAL_TENANT
 
 
 @dataclass(frozen=True)
 class Principal:
-    """Who is calling."""
+    """Who is calling: a tenant, whose admins act on that tenant only, and whose operators
+    (an explicit role in settings) may act on every tenant."""
 
     tenant: str
     admin: bool
+    operator: bool = False
 
 
 class AuthError(Exception):
@@ -40,8 +41,14 @@ class Authenticator:
         """Index the keys by digest.
 
         Raises:
-            ConfigError: no key is configured and local_only is off, or one key is given twice.
+            ConfigError: no key is configured and local_only is off, keys are configured and
+                local_only is on, or one key is given twice.
         """
+        if settings.local_only and settings.api_keys:
+            # Settings refuse this when loaded; settings changed afterwards must not open a door.
+            raise ConfigError(
+                "serve.local_only together with serve.api_keys: keyless callers would be admins"
+            )
         self._local_only = settings.local_only
         if not settings.api_keys and not settings.local_only:
             raise ConfigError(
@@ -56,7 +63,7 @@ class Authenticator:
                     f"an API key is configured twice (tenants {self._keys[digest].tenant!r}, "
                     f"{entry.tenant!r})"
                 )
-            self._keys[digest] = Principal(entry.tenant, entry.admin)
+            self._keys[digest] = Principal(entry.tenant, entry.admin or entry.operator, entry.operator)
 
     def authenticate(self, authorization: str | None, api_key: str | None) -> Principal:
         """The caller behind the request's headers.
@@ -70,9 +77,10 @@ class Authenticator:
             if scheme.lower() != "bearer" or not token.strip():
                 raise AuthError("Authorization must be 'Bearer <API key>'")
             key = token.strip()
+        if self._local_only:
+            # No key exists (see __init__): every caller, on loopback only, is the local tenant.
+            return Principal(LOCAL_TENANT, admin=True)
         if not key:
-            if self._local_only:
-                return Principal(LOCAL_TENANT, admin=True)
             raise AuthError("missing API key: send 'Authorization: Bearer <key>'")
         digest = _digest(key)
         # Compare against every key, so the time taken says nothing about which prefix matched.
@@ -81,24 +89,5 @@ class Authenticator:
             if hmac.compare_digest(known, digest):
                 found = principal
         if found is None:
-            if self._local_only and not self._keys:
-                return Principal(LOCAL_TENANT, admin=True)
             raise AuthError("unknown API key")
         return found
-
-
-def namespaced(principal: Principal, user_id: str, max_chars: int) -> str:
-    """The stored user id of a tenant's user: ``tenant:user``.
-
-    Tenant names cannot hold ``:``, so the first colon always ends the tenant, and no tenant
-    can name another tenant's user.
-
-    Raises:
-        InvalidUserIdError: the user id is invalid or too long once prefixed.
-    """
-    room = max_chars - len(principal.tenant) - 1
-    try:
-        check_user_id(user_id, room)
-    except InvalidUserIdError as exc:
-        raise InvalidUserIdError(user_id, exc.reason) from None
-    return f"{principal.tenant}:{user_id}"

@@ -291,9 +291,13 @@ class SweepIn(BaseModel):
     """An expiry sweep request (admin)."""
 
     now: datetime | None = Field(
-        default=None, description="Cut-off: facts expiring before it go; now by default."
+        default=None,
+        description="Cut-off: facts expiring before it go; the server's clock by default, never after it.",
     )
     dry_run: bool = Field(default=False, description="Only count what would go.")
+    all_tenants: bool = Field(
+        default=False, description="Sweep every tenant, not only the caller's (operator keys only)."
+    )
 
 
 class ErrorOut(BaseModel):

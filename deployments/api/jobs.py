@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import secrets
 import threading
+import traceback
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -60,12 +61,16 @@ class JobQueue:
         try:
             job.outcomes = work()
             job.status = "done"
+        # Logs get the error's class and where it was raised, never its message: messages may
+        # name the user (NotFoundError) or quote them; the job record, which only the caller's
+        # tenant can read, keeps the whole message.
         except LongmemError as exc:
             job.status, job.error = "failed", f"{type(exc).__name__}: {exc}"
-            log.warning("write job %s failed: %s", job.job_id, job.error)
+            log.warning("write job %s failed: %s", job.job_id, type(exc).__name__)
         except Exception as exc:  # a bug or a dead actor: the job must still end, as failed
             job.status, job.error = "failed", f"internal error: {type(exc).__name__}"
-            log.exception("write job %s failed", job.job_id)
+            frames = "".join(traceback.format_tb(exc.__traceback__))
+            log.error("write job %s failed: %s\n%s", job.job_id, type(exc).__name__, frames)
 
     def get(self, tenant: str, job_id: str) -> Job | None:
         """A job of ``tenant`` (another tenant's job id is unknown to it)."""

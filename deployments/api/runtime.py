@@ -7,23 +7,25 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from deployments.api.auth import Authenticator, Principal, namespaced
+from deployments.api.auth import Authenticator, Principal
 from deployments.api.jobs import JobQueue
 from deployments.api.metrics import Metrics
 from memory_core.service import MemoryService
 from memory_core.settings import Settings
 from memory_core.sweep import SweepRecord
+from memory_core.tenancy import scoped_user_id
 
 
 class SweepControl(Protocol):
     """Runs and lists expiry sweeps (the sweeper actor under Serve, a local runner in-process)."""
 
-    def run(self, now: datetime, dry_run: bool) -> SweepRecord:
-        """One sweep at cut-off ``now``; raises SweepBusyError while another runs."""
+    def run(self, now: datetime, dry_run: bool, tenant: str | None) -> SweepRecord:
+        """One sweep at cut-off ``now`` of ``tenant``'s users (of everyone when None); raises
+        SweepBusyError while another runs."""
         ...
 
-    def list(self, limit: int) -> list[SweepRecord]:
-        """The newest run records."""
+    def list(self, limit: int, tenant: str | None) -> list[SweepRecord]:
+        """The newest run records (of ``tenant``'s sweeps, or all when None)."""
         ...
 
 
@@ -41,4 +43,4 @@ class Runtime:
 
     def user(self, principal: Principal, user_id: str) -> str:
         """The stored id of the caller's user."""
-        return namespaced(principal, user_id, self.settings.limits.max_user_id_chars)
+        return scoped_user_id(principal.tenant, user_id, self.settings.limits.max_user_id_chars)

@@ -175,9 +175,10 @@ class OpenAIEngine:
                 completion_tokens=int(usage.get("completion_tokens") or 0),
             )
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
+            # Not the body: a near-miss answer holds model output, i.e. memory text.
             raise LLMUnavailableError(
-                f"{self._where} did not answer with a chat completion ({type(exc).__name__}): "
-                f"{self._scrub(response.text)!r}"
+                f"{self._where} did not answer with a chat completion ({type(exc).__name__}; "
+                f"{len(response.content)} bytes of {response.headers.get('content-type', 'no content type')})"
             ) from None
 
     def _unavailable(self, err: _HTTPStatusError) -> LLMUnavailableError:

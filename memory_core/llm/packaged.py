@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import threading
 from enum import StrEnum
 from pathlib import Path
 
@@ -68,7 +69,9 @@ def ensure_qwen(models_dir: Path, progress: bool = True) -> Path:
     if target.exists() and verified.exists() and target.stat().st_size == QWEN_SIZE:
         return target
     parts = qwen_parts()
-    tmp = target.with_suffix(".partial")
+    # Per process and thread: two processes joining at once (a replica and a CLI) must not write
+    # one temp file; each writes its own and the renames replace identical bytes.
+    tmp = target.with_name(f"{target.name}.{os.getpid()}.{threading.get_ident()}.partial")
     digest = hashlib.sha256()
     try:
         models_dir.mkdir(parents=True, exist_ok=True)

@@ -78,8 +78,11 @@ class StructuredLLM:
             except pydantic.ValidationError as exc:
                 with self._lock:
                     self.stats.invalid_outputs += 1
-                first = exc.errors()[0]["msg"]
-                problem = f"{exc.error_count()} error(s), e.g. {first}; output {completion.text[:200]!r}"
+                # The problem, never the output itself: output holds memory text, and this
+                # message reaches logs and job records.
+                first = exc.errors()[0]
+                where = ".".join(str(part) for part in first["loc"]) or "output"
+                problem = f"{exc.error_count()} error(s), e.g. {where}: {first['type']}"
         raise LLMOutputError(model.__name__, problem)
 
     def choose(self, messages: Sequence[ChatMessage], choices: Sequence[str]) -> str:
@@ -99,7 +102,7 @@ class StructuredLLM:
                 return answer
             with self._lock:
                 self.stats.invalid_outputs += 1
-        raise LLMOutputError("choice", f"expected one of {list(choices)}, got {answer[:100]!r}")
+        raise LLMOutputError("choice", f"expected one of {list(choices)}, got {len(answer)} other characters")
 
     def reply(self, messages: Sequence[ChatMessage], max_tokens: int) -> Completion:
         """A free-text answer (no schema), counted like every other call.

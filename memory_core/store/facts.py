@@ -52,8 +52,8 @@ class UserFacts(Protocol):
         """Hide ``old_id`` from recall in favour of ``new_id``; both are kept."""
         ...
 
-    def count_due(self, now: datetime) -> int:
-        """How many facts have expire_at before ``now``."""
+    def count_due(self, now: datetime, tenant: str | None = None) -> int:
+        """How many facts (of ``tenant``'s users, or of everyone) have expire_at before ``now``."""
         ...
 
     def erase_user(self, user_id: str) -> int:
@@ -68,8 +68,9 @@ class UserFacts(Protocol):
 class FactStore(UserFacts, Protocol):
     """Facts of all users, each user's facts searchable only by that user."""
 
-    def expire(self, now: datetime, limit: int | None = None) -> int:
-        """Delete facts with expire_at before ``now``; returns how many."""
+    def expire(self, now: datetime, limit: int | None = None, tenant: str | None = None) -> int:
+        """Delete facts (of ``tenant``'s users, or of everyone) with expire_at before ``now``;
+        returns how many."""
         ...
 
 
@@ -108,8 +109,9 @@ class ShardHandle(UserFacts, Protocol):
         """Check a batch without storing it; raises ValidationError."""
         ...
 
-    def expire(self, now: datetime, limit: int | None = None) -> list[int]:
-        """Delete up to ``limit`` facts expired before ``now``; returns their ids."""
+    def expire(self, now: datetime, limit: int | None = None, tenant: str | None = None) -> list[int]:
+        """Delete up to ``limit`` facts (of ``tenant``'s users, or of everyone) expired before
+        ``now``; returns their ids."""
         ...
 
     def snapshot(self, purge: bool = False) -> int:
@@ -195,13 +197,15 @@ class ShardedFactStore:
         """Hide ``old_id`` from recall in favour of ``new_id``."""
         self._shard(user_id).supersede(user_id, old_id, new_id)
 
-    def expire(self, now: datetime, limit: int | None = None) -> int:
-        """Delete expired facts in every shard; ``limit`` bounds each shard's batch."""
-        return sum(len(shard.expire(now, limit)) for shard in self.shards)
+    def expire(self, now: datetime, limit: int | None = None, tenant: str | None = None) -> int:
+        """Delete expired facts (of ``tenant``'s users, or of everyone) in every shard; ``limit``
+        bounds each shard's batch."""
+        return sum(len(shard.expire(now, limit, tenant)) for shard in self.shards)
 
-    def count_due(self, now: datetime) -> int:
-        """How many facts in all shards have expire_at before ``now``."""
-        return sum(shard.count_due(now) for shard in self.shards)
+    def count_due(self, now: datetime, tenant: str | None = None) -> int:
+        """How many facts (of ``tenant``'s users, or of everyone) in all shards have expire_at
+        before ``now``."""
+        return sum(shard.count_due(now, tenant) for shard in self.shards)
 
     def erase_user(self, user_id: str) -> int:
         """Remove the user's facts and compact their shard so no old file holds them."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
@@ -20,15 +21,19 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+TEMP_SUFFIX = ".tmp"
+
+
 def write_atomically(path: Path, write: Callable[[BinaryIO], object]) -> None:
     """Write a file through a temp file, fsync it, rename it into place and fsync the directory.
 
-    Readers see either the old file or the complete new one, never a torn one.
+    Readers see either the old file or the complete new one, never a torn one. The temp file
+    is named for this process and thread, so two writers of one path never share it.
 
     Raises:
         StorageError: any OS error; the temp file is removed and ``path`` is untouched.
     """
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}{TEMP_SUFFIX}")
     try:
         with open(tmp, "wb") as handle:
             write(handle)

@@ -17,6 +17,7 @@ import faiss
 import numpy as np
 
 from memory_core.models import Fact, as_utc
+from memory_core.tenancy import tenant_of
 
 ExpiryEntry = tuple[datetime, int]
 
@@ -42,13 +43,15 @@ def _hides(fact: Fact) -> bool:
 
 
 class Partitions:
-    """Per-user exact inner-product indexes over unit vectors, plus an expiry queue."""
+    """Per-user exact inner-product indexes over unit vectors, plus an expiry queue per tenant."""
 
     def __init__(self, dim: int) -> None:
         self.dim = dim
         self._parts: dict[str, _Partition] = {}
         self._owner: dict[int, str] = {}
-        self._expiry: list[ExpiryEntry] = []
+        # One queue per tenant, so a tenant's sweep takes its own due facts without scanning
+        # (or touching) another tenant's.
+        self._expiry: dict[str, list[ExpiryEntry]] = {}
         self._dead: set[int] = set()  # ids whose rows wait for compaction: never handed out again
 
     def owner(self, fact_id: int) -> str | None:
@@ -79,10 +82,6 @@ class Partitions:
                     found.append(older)
         return found
 
-    def has_user(self, user_id: str) -> bool:
-        """Whether the user has any stored fact."""
-        return user_id in self._parts
-
     def new_id(self, taken: set[int]) -> int:
         """A random positive 63-bit id not used here nor in ``taken``."""
         while True:
@@ -112,7 +111,7 @@ class Partitions:
                 self._owner[fact.id] = user_id
                 part.maybe_hidden += _hides(fact)
                 if fact.expire_at is not None:
-                    heapq.heappush(self._expiry, (fact.expire_at, fact.id))
+                    heapq.heappush(self._expiry.setdefault(tenant_of(user_id), []), (fact.expire_at, fact.id))
 
     def remove(self, ids: Iterable[int]) -> list[int]:
         """Remove facts by id; unknown ids are ignored. Returns the removed ids.
@@ -191,34 +190,50 @@ class Partitions:
         """The stored vector of one of the user's facts."""
         return self._parts[user_id].index.reconstruct(fact_id)
 
-    def pop_due(self, now: datetime, limit: int | None) -> list[ExpiryEntry]:
-        """Take up to ``limit`` queue entries of stored facts expiring before ``now``."""
+    def _queues(self, tenant: str | None) -> list[list[ExpiryEntry]]:
+        if tenant is None:
+            return list(self._expiry.values())
+        return [self._expiry[tenant]] if tenant in self._expiry else []
+
+    def _live(self, entry: ExpiryEntry) -> bool:
+        # Entries of facts deleted (or given another expiry) since they were queued are stale.
+        return entry[1] in self._owner and self.fact(entry[1]).expire_at == entry[0]
+
+    def pop_due(self, now: datetime, limit: int | None, tenant: str | None = None) -> list[ExpiryEntry]:
+        """Take up to ``limit`` queue entries of stored facts expiring before ``now``.
+
+        Args:
+            now: the cut-off.
+            limit: most entries taken (all due when None).
+            tenant: take only the facts of this tenant's users (every tenant's when None).
+        """
         due: list[ExpiryEntry] = []
-        while self._expiry and self._expiry[0][0] < now and (limit is None or len(due) < limit):
-            entry = heapq.heappop(self._expiry)
-            # Entries of facts deleted since they were queued are dropped here.
-            if entry[1] in self._owner and self.fact(entry[1]).expire_at == entry[0]:
-                due.append(entry)
+        for queue in self._queues(tenant):
+            while queue and queue[0][0] < now and (limit is None or len(due) < limit):
+                entry = heapq.heappop(queue)
+                if self._live(entry):
+                    due.append(entry)
         return due
 
     def requeue(self, entries: Iterable[ExpiryEntry]) -> None:
         """Put entries taken by :meth:`pop_due` back (their deletion failed)."""
         for entry in entries:
-            heapq.heappush(self._expiry, entry)
+            if self._live(entry):
+                heapq.heappush(self._expiry[tenant_of(self._owner[entry[1]])], entry)
 
-    def count_due(self, now: datetime) -> int:
-        """How many stored facts expire before ``now``."""
+    def count_due(self, now: datetime, tenant: str | None = None) -> int:
+        """How many stored facts (of ``tenant``'s users, or of everyone) expire before ``now``."""
         return sum(
-            1
-            for expire_at, fact_id in self._expiry
-            if expire_at < now and fact_id in self._owner and self.fact(fact_id).expire_at == expire_at
+            1 for queue in self._queues(tenant) for entry in queue if entry[0] < now and self._live(entry)
         )
 
-    def export(self) -> tuple[list[Fact], np.ndarray]:
-        """Every stored fact and its vector (row i belongs to facts[i])."""
+    def export(self, without: str | None = None) -> tuple[list[Fact], np.ndarray]:
+        """Every stored fact (but those of user ``without``) and its vector (row i belongs to facts[i])."""
         facts: list[Fact] = []
         blocks: list[np.ndarray] = [np.zeros((0, self.dim), dtype=np.float32)]
-        for part in self._parts.values():
+        for user_id, part in self._parts.items():
+            if user_id == without:
+                continue
             ids = faiss.vector_to_array(part.index.id_map)
             flat = faiss.downcast_index(part.index.index)
             codes = faiss.vector_to_array(flat.codes)  # type: ignore[attr-defined]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
 import unicodedata
 from datetime import datetime
@@ -76,10 +77,17 @@ class DuckDBProfileStore:
         self._lock = threading.Lock()
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = duckdb.connect(str(path))
-            self._db.execute(_SCHEMA.format(table="profile"))
-        except (OSError, duckdb.Error) as exc:
+        except OSError as exc:
             raise StorageError(f"cannot open profile store {path}: {exc}") from exc
+        self._db = self._connect()
+
+    def _connect(self) -> duckdb.DuckDBPyConnection:
+        try:
+            db = duckdb.connect(str(self.path))
+            db.execute(_SCHEMA.format(table="profile"))
+        except duckdb.Error as exc:
+            raise StorageError(f"cannot open profile store {self.path}: {exc}") from exc
+        return db
 
     def _run(self, sql: str, params: list[object] | None = None) -> list[tuple]:
         try:
@@ -148,37 +156,58 @@ class DuckDBProfileStore:
             raise NotFoundError(user_id, [key])
 
     def erase_user(self, user_id: str) -> int:
-        """Delete the user's entries, then rewrite the file so no freed block keeps their bytes.
+        """Delete the user's entries, and every byte of them (or of entries they deleted before)
+        on disk.
+
+        The live rows of everyone else are copied into a fresh file that replaces the old one:
+        DuckDB reuses freed blocks without zeroing them, so a DELETE alone leaves the text in
+        the file. The copy is made before anything changes, so an erase that fails leaves the
+        store as it was and its retry does all of it again; erasing twice is erasing once.
 
         Returns:
-            How many entries were deleted.
+            How many entries were deleted (0 when the user had none left).
+
+        Raises:
+            StorageError: the fresh file could not be written or swapped in.
         """
         check_user_id(user_id, self._limits.max_user_id_chars)
         with self._lock:
-            rows = self._run("DELETE FROM profile WHERE user_id = ? RETURNING key", [user_id])
-            if rows:
-                self._rewrite()
-        return len(rows)
+            [(count,)] = self._run("SELECT count(*) FROM profile WHERE user_id = ?", [user_id])
+            self._rewrite_without(user_id)
+        return int(count)
 
-    def _rewrite(self) -> None:
-        # DuckDB reuses freed blocks without zeroing them; copying the live rows into a fresh
-        # file and swapping it in is the only way to be sure erased text is gone from disk.
+    def _rewrite_without(self, user_id: str) -> None:
         fresh = self.path.with_name(self.path.name + ".compact")
-        fresh.unlink(missing_ok=True)
+        wal = Path(str(self.path) + ".wal")
         try:
+            for leftover in (fresh, Path(str(fresh) + ".wal")):
+                leftover.unlink(missing_ok=True)
             quoted = str(fresh).replace("'", "''")
             self._db.execute(f"ATTACH '{quoted}' AS fresh")
-            self._db.execute(_SCHEMA.format(table="fresh.profile"))
-            self._db.execute("INSERT INTO fresh.profile SELECT * FROM profile")
-            self._db.execute("DETACH fresh")
-            self._db.close()
-            fresh.replace(self.path)
-            Path(str(self.path) + ".wal").unlink(missing_ok=True)
-            fsync_dir(self.path.parent)
-            self._db = duckdb.connect(str(self.path))
-            self._db.execute(_SCHEMA.format(table="profile"))
+            try:
+                self._db.execute(_SCHEMA.format(table="fresh.profile"))
+                self._db.execute(
+                    "INSERT INTO fresh.profile SELECT * FROM profile WHERE user_id <> ?", [user_id]
+                )
+                self._db.execute("CHECKPOINT fresh")
+            finally:
+                self._db.execute("DETACH fresh")
+            with open(fresh, "rb") as handle:
+                os.fsync(handle.fileno())
         except (OSError, duckdb.Error) as exc:
+            fresh.unlink(missing_ok=True)
             raise StorageError(f"cannot compact profile store {self.path}: {exc}") from exc
+        try:
+            # Closing checkpoints the old file and ends its WAL; a WAL left beside the fresh file
+            # would be replayed into it on the next open, erased rows included.
+            self._db.close()
+            wal.unlink(missing_ok=True)
+            fresh.replace(self.path)
+            fsync_dir(self.path.parent)
+        except (OSError, duckdb.Error) as exc:
+            raise StorageError(f"cannot swap in the compacted profile store {self.path}: {exc}") from exc
+        finally:
+            self._db = self._connect()
 
     def ping(self) -> bool:
         """Whether the database is open and answers a query (health checks)."""

@@ -34,7 +34,7 @@ from memory_core.store.arrow_codec import (
     facts_to_batch,
     ipc_to_table,
 )
-from memory_core.store.fsutil import lock_directory
+from memory_core.store.fsutil import TEMP_SUFFIX, lock_directory
 from memory_core.store.partitions import Partitions
 from memory_core.validation import check_text, check_user_id, check_vectors
 
@@ -141,6 +141,7 @@ class FactShard:
         elif record.op is wal.Op.DELETE:
             self._mem.remove(np.frombuffer(record.payload, dtype=np.int64).tolist())
         elif record.op is wal.Op.ERASE_USER:
+            # Erase now compacts instead of logging; logs written before that still replay.
             self._mem.drop_user(record.payload.decode("utf-8"))
         elif record.op is wal.Op.SUPERSEDE:
             pairs = np.frombuffer(record.payload, dtype=np.int64).reshape(-1, 2)
@@ -295,14 +296,19 @@ class FactShard:
             self._mem.mark_superseded([(old_id, new_id)])
             self._maybe_snapshot()
 
-    def expire(self, now: datetime, limit: int | None = None) -> list[int]:
+    def expire(self, now: datetime, limit: int | None = None, tenant: str | None = None) -> list[int]:
         """Durably delete up to ``limit`` facts whose ``expire_at`` is before ``now``.
+
+        Args:
+            now: the cut-off.
+            limit: most facts deleted by this call (all due when None).
+            tenant: delete only the facts of this tenant's users (every tenant's when None).
 
         Returns:
             The deleted ids (empty when nothing is due).
         """
         with self._lock:
-            due = self._mem.pop_due(as_utc(now), limit)
+            due = self._mem.pop_due(as_utc(now), limit, tenant)
             if not due:
                 return []
             ids = [fact_id for _, fact_id in due]
@@ -315,55 +321,69 @@ class FactShard:
             self._maybe_snapshot()
             return removed
 
-    def count_due(self, now: datetime) -> int:
-        """How many stored facts have ``expire_at`` before ``now`` (for dry runs)."""
+    def count_due(self, now: datetime, tenant: str | None = None) -> int:
+        """How many stored facts (of ``tenant``'s users, or of everyone) have ``expire_at``
+        before ``now`` (for dry runs)."""
         with self._lock:
-            return self._mem.count_due(as_utc(now))
+            return self._mem.count_due(as_utc(now), tenant)
 
     def erase_user(self, user_id: str) -> int:
-        """Remove every trace of ``user_id``: facts, and (by compaction) old logs and snapshots.
+        """Remove every trace of ``user_id``: their facts, and every file that ever held them.
+
+        The shard is compacted whether or not the user has facts left, since the text of facts
+        already deleted, expired or superseded still sits in older log segments and in the
+        fallback snapshot. The compacted snapshot is written before the user leaves memory, so
+        an erase that fails changes nothing and its retry does all of it again; erasing twice
+        is erasing once.
 
         Returns:
-            How many facts were deleted.
+            How many facts were deleted (0 when the user had none left).
+
+        Raises:
+            StorageError: the compaction was not written; the user is as before. Or old files
+                could not be removed after it; the user is gone and a retry removes the files.
         """
         with self._lock:
-            if not self._mem.has_user(user_id):
-                return 0
-            self._log(wal.Op.ERASE_USER, user_id.encode("utf-8"))
-            count = self._mem.drop_user(user_id)
-            self.snapshot(purge=True)
+            count = len(self._mem.user_facts(user_id))
+            self._write_snapshot(purge=True, without=user_id)
             return count
 
     def snapshot(self, purge: bool = False) -> int:
         """Write a snapshot of every live fact and start a new log segment.
 
         Args:
-            purge: delete every older snapshot and log segment (erasure), instead of keeping
-                the previous snapshot and its log as a fallback.
+            purge: delete every older snapshot and log segment (and temp files left by writes
+                cut short), instead of keeping the previous snapshot and its log as a fallback.
 
         Returns:
             The new snapshot's sequence number.
         """
         with self._lock:
-            seq = self._current_seq + 1
-            # The segment exists before the snapshot does, so a usable snapshot without its
-            # segment means lost records (see _recover), never a crash between the two steps.
-            new_wal = wal.WalWriter(self.directory, seq)
-            try:
-                snap.write_snapshot(self.directory, seq, self._table())
-            except StorageError:
-                new_wal.close()
-                # Best effort: an empty newer segment is harmless to replay.
-                with contextlib.suppress(OSError):
-                    wal.segment_path(self.directory, seq).unlink()
-                raise
-            self._wal.close()
-            self._wal = new_wal
-            self._current_seq = seq
-            self._records_since_snapshot = 0
-            self._snapshot_due = self._snapshot_every
-            self._prune(keep_from=seq if purge else self._previous_snapshot(seq))
-            return seq
+            return self._write_snapshot(purge, without=None)
+
+    def _write_snapshot(self, purge: bool, without: str | None) -> int:
+        seq = self._current_seq + 1
+        # The segment exists before the snapshot does, so a usable snapshot without its
+        # segment means lost records (see _recover), never a crash between the two steps.
+        new_wal = wal.WalWriter(self.directory, seq)
+        try:
+            snap.write_snapshot(self.directory, seq, self._table(without))
+        except StorageError:
+            new_wal.close()
+            # Best effort: an empty newer segment is harmless to replay.
+            with contextlib.suppress(OSError):
+                wal.segment_path(self.directory, seq).unlink()
+            raise
+        # From here the snapshot without the erased user is what a restart loads.
+        self._wal.close()
+        self._wal = new_wal
+        self._current_seq = seq
+        self._records_since_snapshot = 0
+        self._snapshot_due = self._snapshot_every
+        if without is not None:
+            self._mem.drop_user(without)
+        self._prune(keep_from=seq if purge else self._previous_snapshot(seq), strays=purge)
+        return seq
 
     def _previous_snapshot(self, seq: int) -> int:
         unusable = set(self.recovery.skipped_snapshots)
@@ -371,7 +391,7 @@ class FactShard:
         # Without an older snapshot the fallback is a replay of the log from its start.
         return older[0] if older else 0
 
-    def _prune(self, keep_from: int) -> None:
+    def _prune(self, keep_from: int, strays: bool) -> None:
         try:
             for old in snap.list_snapshots(self.directory):
                 if old < keep_from:
@@ -379,11 +399,16 @@ class FactShard:
             for old in wal.list_segments(self.directory):
                 if old < keep_from:
                     wal.segment_path(self.directory, old).unlink()
+            if strays:
+                # Temp files of writes a crash cut short may hold any text. This process owns the
+                # directory and holds the shard's lock, so no write of its own is in flight.
+                for stray in self.directory.glob(f"*{TEMP_SUFFIX}"):
+                    stray.unlink()
         except OSError as exc:
             raise StorageError(f"cannot prune old files in {self.directory}: {exc}") from exc
 
-    def _table(self) -> pa.Table:
-        facts, vectors = self._mem.export()
+    def _table(self, without: str | None = None) -> pa.Table:
+        facts, vectors = self._mem.export(without)
         batch = facts_to_batch(facts, vectors, self.dim)
         return pa.Table.from_batches([batch], schema=fact_schema(self.dim))
 

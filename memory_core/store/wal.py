@@ -29,7 +29,7 @@ class Op(IntEnum):
 
     ADD = 1  # payload: Arrow IPC stream of facts + vectors
     DELETE = 2  # payload: int64 ids
-    ERASE_USER = 3  # payload: UTF-8 user id
+    ERASE_USER = 3  # payload: UTF-8 user id (no longer written: erase compacts; old logs replay it)
     SUPERSEDE = 4  # payload: int64 pairs (old id, new id)
 
 

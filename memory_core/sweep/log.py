@@ -122,11 +122,12 @@ class SweepLog:
         write_atomically(self.path, lambda handle: handle.write(body))
         self._count = len(kept)
 
-    def list(self, limit: int | None = None) -> list[SweepRecord]:
+    def list(self, limit: int | None = None, tenant: str | None = None) -> list[SweepRecord]:
         """The kept records, newest first.
 
         Args:
             limit: at most this many (all kept records by default).
+            tenant: only the sweeps of this one tenant (every record when None).
 
         Returns:
             The records; a torn last line is left out.
@@ -136,5 +137,5 @@ class SweepLog:
             CorruptionError: a line other than the last is damaged.
         """
         records, _ = _parse(self._read(), self.path)
-        newest_first = records[::-1]
+        newest_first = [r for r in reversed(records) if tenant is None or r.tenant == tenant]
         return newest_first if limit is None else newest_first[:limit]

@@ -1,7 +1,7 @@
 """The run record of one expiry sweep: what it was asked, what each shard did, how it ended.
 
-Records are kept in the sweep log and listed by the API, so they hold counts, times and
-error messages only: never fact text, never a user id.
+Records are kept in the sweep log and listed by the API, so they hold counts, times, the
+tenant swept and error messages only: never fact text, never a user id.
 """
 
 from __future__ import annotations
@@ -53,6 +53,9 @@ class SweepRecord(BaseModel):
 
     id: str = Field(description="Unique id of the run.")
     trigger: SweepTrigger = Field(description="Who started it.")
+    tenant: str | None = Field(
+        default=None, description="The tenant whose users were swept; None for every tenant."
+    )
     now: datetime = Field(description="The cut-off: facts whose expire_at is before it were due.")
     started_at: datetime = Field(description="When the run started (the runner's clock).")
     finished_at: datetime = Field(description="When the run ended (the runner's clock).")

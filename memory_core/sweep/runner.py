@@ -34,12 +34,13 @@ _MAX_ERROR_CHARS = 500
 class ShardLike(Protocol):
     """What the sweep needs of a shard (a FactShard, or a proxy to the actor holding one)."""
 
-    def expire(self, now: datetime, limit: int | None = None) -> list[int]:
-        """Durably delete up to ``limit`` facts with expire_at before ``now``; returns their ids."""
+    def expire(self, now: datetime, limit: int | None = None, tenant: str | None = None) -> list[int]:
+        """Durably delete up to ``limit`` facts (of ``tenant``'s users, or of everyone) with
+        expire_at before ``now``; returns their ids."""
         ...
 
-    def count_due(self, now: datetime) -> int:
-        """How many facts have expire_at before ``now``."""
+    def count_due(self, now: datetime, tenant: str | None = None) -> int:
+        """How many facts (of ``tenant``'s users, or of everyone) have expire_at before ``now``."""
         ...
 
 
@@ -84,7 +85,11 @@ class SweepRunner:
         self._running: str | None = None
 
     def run(
-        self, now: datetime, dry_run: bool = False, trigger: SweepTrigger = SweepTrigger.MANUAL
+        self,
+        now: datetime,
+        dry_run: bool = False,
+        trigger: SweepTrigger = SweepTrigger.MANUAL,
+        tenant: str | None = None,
     ) -> SweepRecord:
         """Delete every fact with expire_at before ``now`` in every shard, and log the run.
 
@@ -96,6 +101,7 @@ class SweepRunner:
             now: the cut-off; a fact expiring exactly at ``now`` is kept.
             dry_run: only count the due facts; delete nothing.
             trigger: who asked, for the record.
+            tenant: sweep only this tenant's users (every tenant's when None).
 
         Returns:
             The run record, already appended to the log.
@@ -108,20 +114,28 @@ class SweepRunner:
         """
         cutoff = as_utc(now)
         if not self._busy.acquire(blocking=False):
-            self._refuse(cutoff, dry_run, trigger)
+            self._refuse(cutoff, dry_run, trigger, tenant)
         try:
             sweep_id = uuid.uuid4().hex
             self._running = sweep_id
             started = self._clock.now()
-            logger.info("sweep %s (%s) started: cut-off %s, dry run %s", sweep_id, trigger, cutoff, dry_run)
+            logger.info(
+                "sweep %s (%s) started: cut-off %s, dry run %s, tenant %s",
+                sweep_id,
+                trigger,
+                cutoff,
+                dry_run,
+                tenant or "all",
+            )
             workers = max(1, min(self._settings.parallel_shards, len(self._shards)))
             with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sweep") as pool:
                 numbers = range(len(self._shards))
-                shards = list(pool.map(lambda n: self._sweep_shard(n, cutoff, dry_run), numbers))
+                shards = list(pool.map(lambda n: self._sweep_shard(n, cutoff, dry_run, tenant), numbers))
             failed = any(s.error is not None for s in shards)
             record = SweepRecord(
                 id=sweep_id,
                 trigger=trigger,
+                tenant=tenant,
                 now=cutoff,
                 started_at=started,
                 finished_at=self._clock.now(),
@@ -146,12 +160,13 @@ class SweepRunner:
             self._running = None
             self._busy.release()
 
-    def _refuse(self, cutoff: datetime, dry_run: bool, trigger: SweepTrigger) -> NoReturn:
+    def _refuse(self, cutoff: datetime, dry_run: bool, trigger: SweepTrigger, tenant: str | None) -> NoReturn:
         running = self._running or "unknown"
         at = self._clock.now()
         refused = SweepRecord(
             id=uuid.uuid4().hex,
             trigger=trigger,
+            tenant=tenant,
             now=cutoff,
             started_at=at,
             finished_at=at,
@@ -163,7 +178,7 @@ class SweepRunner:
         self.log.append(refused)
         raise SweepBusyError(running)
 
-    def _sweep_shard(self, shard_no: int, cutoff: datetime, dry_run: bool) -> ShardSweep:
+    def _sweep_shard(self, shard_no: int, cutoff: datetime, dry_run: bool, tenant: str | None) -> ShardSweep:
         shard = self._shards[shard_no]
         settings = self._settings
         began = self._timer()
@@ -173,10 +188,10 @@ class SweepRunner:
         while True:
             try:
                 if dry_run:
-                    due = shard.count_due(cutoff)
+                    due = shard.count_due(cutoff, tenant)
                     break
                 batch_began = self._timer()
-                ids = shard.expire(cutoff, settings.batch_size)
+                ids = shard.expire(cutoff, settings.batch_size, tenant)
                 took = self._timer() - batch_began
             except self._retryable as exc:
                 failures += 1

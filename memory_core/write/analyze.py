@@ -62,7 +62,7 @@ class CheckedExtraction(Extraction):
         if "cjk" in context:
             wrong = [f.text for f in self.facts if has_cjk(f.text) != context["cjk"]]
             if wrong:
-                raise ValueError(f"facts not in the message's language: {wrong}")
+                raise ValueError(f"{len(wrong)} fact(s) not in the message's language")
         return self
 
 

@@ -120,7 +120,8 @@ class WritePath:
             extracted = self._analyzer.extract(turn.content, context)
             plan = self._plan(user_id, extracted, at, turn.content, context)
         except LLMError as exc:
-            # Neither the user id nor the error text (it can quote model output) is logged.
+            # The class only: no user id, turn id or message (which may quote the turn) in logs;
+            # the caller gets the whole error in the outcome.
             log.warning("a turn was not written: %s", type(exc).__name__)
             outcome.skipped, outcome.error = "error", str(exc)
             return outcome

@@ -1,0 +1,46 @@
+"""The HTTP API in-process: the same FastAPI app the Serve ingress builds, over a local service
+(real FAISS shards, DuckDB, sweep log), called through Starlette's test client. No Ray."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from fastapi import FastAPI
+
+from deployments.api.app import create_api
+from deployments.api.auth import Authenticator
+from deployments.api.jobs import JobQueue
+from deployments.api.metrics import Metrics
+from deployments.api.runtime import Runtime
+from memory_core.service import MemoryService
+from memory_core.sweep import SweepRecord
+
+
+class LocalSweeps:
+    """The service's own sweep runner as the API's sweep control (the sweeper actor under Serve)."""
+
+    def __init__(self, service: MemoryService) -> None:
+        self._service = service
+
+    def run(self, now: datetime, dry_run: bool, tenant: str | None = None) -> SweepRecord:
+        return self._service.sweep(now, dry_run, tenant)
+
+    def list(self, limit: int, tenant: str | None = None) -> list[SweepRecord]:
+        assert self._service.sweeper is not None
+        return self._service.sweeper.log.list(limit, tenant)
+
+
+def local_api(service: MemoryService, health: Callable[[], dict[str, Any]] | None = None) -> FastAPI:
+    """The HTTP API over ``service``, authenticating with its settings' keys."""
+    runtime = Runtime(
+        settings=service.settings,
+        service=service,
+        auth=Authenticator(service.settings.serve),
+        jobs=JobQueue(),
+        metrics=Metrics(lambda: {}),
+        sweeps=LocalSweeps(service),
+        health=health or (lambda: {"ok": True}),
+    )
+    return create_api(runtime)

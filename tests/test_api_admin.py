@@ -1,0 +1,108 @@
+"""Admin calls act on the caller's tenant only; a cluster-wide sweep needs an operator key; no
+sweep runs with a cut-off after the server's clock. The HTTP API in-process, on real shards."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+from fastapi.testclient import TestClient
+
+from memory_core.clock import ManualClock
+from memory_core.embedding import Embedder
+from memory_core.service import MemoryService, Remember, open_local_service
+from memory_core.settings import ApiKey, ServeSettings, Settings
+from tests.asgi_app import local_api
+
+ACME = "acme-admin-key-0123456789"
+GLOBEX = "globex-admin-key-0123456789"
+OPS = "ops-operator-key-0123456789"
+
+
+@pytest.fixture
+def api(
+    settings: Settings, clock: ManualClock, embedder: Embedder
+) -> Iterator[tuple[TestClient, MemoryService]]:
+    settings.serve = ServeSettings(
+        api_keys=[
+            ApiKey(key=ACME, tenant="acme", admin=True),
+            ApiKey(key=GLOBEX, tenant="globex", admin=True),
+            ApiKey(key=OPS, tenant="ops", operator=True),
+        ]
+    )
+    service = open_local_service(settings, clock, embedder)
+    with TestClient(local_api(service)) as client:
+        yield client, service
+    service.close()
+
+
+def _as(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def _texts(service: MemoryService, user: str) -> set[str]:
+    return {f.text for f in service.list_facts(user)}
+
+
+def _plant(service: MemoryService, clock: ManualClock) -> None:
+    """Each tenant's user: a fact already expired, one expiring next year, one lasting."""
+    for user in ("acme:alice", "globex:bob"):
+        service.remember(
+            user,
+            [
+                Remember(f"{user} at the airport", ttl=timedelta(hours=1)),
+                Remember(f"{user} trip next year", ttl=timedelta(days=365)),
+                Remember(f"{user} allergic to peanuts"),
+            ],
+        )
+    clock.advance(timedelta(hours=2))
+
+
+def test_a_tenant_admin_cannot_sweep_the_future_or_other_tenants(
+    api: tuple[TestClient, MemoryService], clock: ManualClock
+) -> None:
+    client, service = api
+    _plant(service, clock)
+    everything = {u: _texts(service, u) for u in ("acme:alice", "globex:bob")}
+
+    future = client.post("/v1/admin/sweep", json={"now": "9999-12-31T00:00:00Z"}, headers=_as(ACME))
+    assert future.status_code == 422 and future.json()["error"] == "FutureCutoffError", future.text
+    assert "after the server's clock" in future.json()["detail"]
+    assert {u: _texts(service, u) for u in everything} == everything  # nothing deleted
+    one_second_ahead = (clock.now() + timedelta(seconds=1)).isoformat()
+    ahead = client.post("/v1/admin/sweep", json={"now": one_second_ahead, "dry_run": True}, headers=_as(ACME))
+    assert ahead.status_code == 422
+
+    swept = client.post("/v1/admin/sweep", json={}, headers=_as(ACME))
+    assert swept.status_code == 200, swept.text
+    assert swept.json()["deleted"] == 1 and swept.json()["tenant"] == "acme"
+    assert _texts(service, "acme:alice") == everything["acme:alice"] - {"acme:alice at the airport"}
+    assert _texts(service, "globex:bob") == everything["globex:bob"]  # another tenant's: untouched
+
+    everyone = client.post("/v1/admin/sweep", json={"all_tenants": True}, headers=_as(ACME))
+    assert everyone.status_code == 403 and everyone.json()["error"] == "AuthError"
+    assert _texts(service, "globex:bob") == everything["globex:bob"]
+
+
+def test_only_an_operator_sweeps_every_tenant_and_sees_every_record(
+    api: tuple[TestClient, MemoryService], clock: ManualClock
+) -> None:
+    client, service = api
+    _plant(service, clock)
+    assert client.post("/v1/admin/sweep", json={"dry_run": True}, headers=_as(ACME)).json()["due"] == 1
+    cluster = client.post("/v1/admin/sweep", json={"all_tenants": True}, headers=_as(OPS))
+    assert cluster.status_code == 200, cluster.text
+    assert cluster.json()["deleted"] == 2 and cluster.json()["tenant"] is None
+    assert "globex:bob at the airport" not in _texts(service, "globex:bob")
+    future = client.post("/v1/admin/sweep", json={"all_tenants": True, "now": "9999-01-01"}, headers=_as(OPS))
+    assert future.status_code == 422
+
+    def records(key: str) -> list[tuple[str | None, int]]:
+        listed = client.get("/v1/admin/sweeps", headers=_as(key))
+        assert listed.status_code == 200, listed.text
+        return [(r["tenant"], r["deleted"]) for r in listed.json()["sweeps"]]
+
+    assert records(ACME) == [("acme", 0)]  # its own dry run; not the operator's, not globex's
+    assert records(GLOBEX) == []
+    assert records(OPS) == [(None, 2), ("acme", 0)]
