@@ -245,21 +245,22 @@ FORGET_INTENT_SYSTEM = (
     "current topic. Answer only yes or no."
 )
 FORGET_INTENT_SHOTS = [
-    ("Forget my old gym membership.", "yes"),
     ("I forgot my lunchbox at the office again.", "no"),
+    ("Forget my old gym membership.", "yes"),
     ("Don't forget that I can't eat gluten when you plan the menu.", "no"),
     ("Please delete everything you know about my ex.", "yes"),
-    ("Oh, I forgot to mention, I got a new job at a bakery!", "no"),
-    ("Stop remembering where I used to work. My new office is in the Dock building, by the way.", "yes"),
     ("Translate into French: 'forget the past and move on'.", "no"),
+    ("Stop remembering where I used to work. My new office is in the Dock building, by the way.", "yes"),
     ("Forget it, the printer works now.", "no"),
+    ("Can you forget my brother's address?", "yes"),
     ("I'll never forget our first hike up that volcano.", "no"),
-    ("把我之前说的健身计划忘了吧。", "yes"),
+    ("Please forget that I'm training for a marathon.", "yes"),
     ("忘了告诉你，我下个月要换工作了。", "no"),
+    ("把我之前说的健身计划忘了吧。", "yes"),
     ("别忘了我不吃香菜。", "no"),
-    ("帮我把我前公司的信息删掉。", "yes"),
-    ("我又把充电器忘在公司了，真烦。", "no"),
     ("我老板说：“这件事你就别记着了。”", "no"),
+    ("我又把充电器忘在公司了，真烦。", "no"),
+    ("帮我把我前公司的信息删掉。", "yes"),
 ]
 
 FORGET_TARGET_SYSTEM = (
