@@ -9,6 +9,7 @@ The tree::
     │   ├── InvalidVectorError   wrong dimension, NaN/inf, zero norm
     │   └── FutureCutoffError    a sweep cut-off after the server's clock
     ├── NotFoundError            a memory id the user does not own (or that does not exist)
+    ├── ProfileFullError         a new profile entry would pass the per-user cap; nothing changed
     ├── ConfigError              settings that cannot work (e.g. shard count changed on a data dir)
     ├── LLMError                 the judge/extractor LLM failed; the turn is not written
     │   ├── LLMUnavailableError  the engine cannot be loaded or reached
@@ -93,6 +94,17 @@ class NotFoundError(LongmemError):
         self.user_id = user_id
         self.ids = ids
         super().__init__(f"user {user_id!r} has nothing with ids {ids}")
+
+
+class ProfileFullError(LongmemError):
+    """A new profile entry would take a user's profile past its cap; nothing was changed."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        super().__init__(
+            f"the profile already holds {cap} entries, the most allowed (limits.max_profile_entries): "
+            "delete an entry, or replace one under its key, to make room"
+        )
 
 
 class ConfigError(LongmemError):

@@ -287,7 +287,21 @@ class MemoryService:
     def set_preference(
         self, user_id: str, text: str, source: str = "api", key: str | None = None
     ) -> ProfileEntry:
-        """Add or replace a profile entry, durably."""
+        """Add or replace a profile entry, durably.
+
+        Args:
+            user_id: the owner.
+            text: how they want to be answered.
+            source: who set it ("api", "cli"); an entry set here is never displaced by one learned
+                from conversation.
+            key: stable key; defaults to a digest of the text (restating it replaces it).
+
+        Raises:
+            ValidationError: bad user id, text or key; nothing changed.
+            ProfileFullError: a new key while the profile holds ``limits.max_profile_entries``
+                entries; nothing changed.
+            StorageError: not written; nothing changed.
+        """
         return self.profiles.upsert(self._user(user_id), text, source, self.clock.now(), key)
 
     def delete_preference(self, user_id: str, key: str) -> None:

@@ -48,6 +48,12 @@ class LimitSettings(BaseModel):
     max_text_chars: int = Field(default=2000, ge=1, description="Longest fact or profile text.")
     max_batch: int = Field(default=10_000, ge=1, description="Most facts in one add call.")
     max_user_id_chars: int = Field(default=128, ge=1, description="Longest user id.")
+    max_profile_entries: int = Field(
+        default=20,
+        ge=1,
+        description="Most profile entries per user. Past it a preference set through the API is refused, "
+        "and a wish learned from conversation replaces the oldest entry learned from conversation.",
+    )
 
 
 class EmbedderName(StrEnum):

@@ -105,7 +105,11 @@ class TurnResult(BaseModel):
     turn_id: str
     skipped: str | None = Field(description="Why nothing was considered (pre-filter reason, judge, error).")
     memories: list[FactOut] = Field(description="Memories written.")
-    profile_entries: int
+    profile_entries: int = Field(description="Wishes about replies written to the profile.")
+    profile_full: int = Field(
+        description="Wishes not written: the profile is at its cap and every entry in it was set on "
+        "purpose (API, CLI)."
+    )
     duplicates: int
     echoes: int = Field(description="Extracted facts dropped as the other party's words, not the user's.")
     superseded: list[MemoryId]
@@ -121,6 +125,7 @@ class TurnResult(BaseModel):
             skipped=outcome.skipped,
             memories=[FactOut.of(f) for f in outcome.facts],
             profile_entries=outcome.profile_entries,
+            profile_full=outcome.profile_full,
             duplicates=outcome.duplicates,
             echoes=outcome.echoes,
             superseded=[str(i) for i in outcome.superseded],

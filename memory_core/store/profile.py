@@ -1,7 +1,14 @@
-"""The long-term preference profile of each user, in one DuckDB file with one owner."""
+"""The long-term preference profile of each user, in one DuckDB file with one owner.
+
+A user's profile holds at most ``limits.max_profile_entries`` entries, so that what the extractor
+learns cannot grow into an unbounded standing prompt. At the cap an entry set on purpose (API,
+CLI) is refused, and a wish learned from conversation takes the place of the oldest entry learned
+from conversation; restating an entry (same key) replaces it and is no growth.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import threading
@@ -12,7 +19,7 @@ from typing import Protocol
 
 import duckdb
 
-from memory_core.errors import NotFoundError, StorageError
+from memory_core.errors import NotFoundError, ProfileFullError, StorageError
 from memory_core.models import ProfileEntry, as_utc
 from memory_core.settings import LimitSettings
 from memory_core.store.fsutil import fsync_dir
@@ -28,6 +35,23 @@ CREATE TABLE IF NOT EXISTS {table} (
     PRIMARY KEY (user_id, key)
 )
 """
+
+
+LEARNED = "conversation"
+
+
+def learned_source(turn_id: str) -> str:
+    """Source of an entry the write path learned from the turn ``turn_id`` ("" when it has none)."""
+    return f"{LEARNED}:{turn_id}" if turn_id else LEARNED
+
+
+def is_learned(source: str) -> bool:
+    """Whether an entry with ``source`` was learned from conversation (not set on purpose).
+
+    Entries written before sources were marked this way hold a bare turn id and count as set on
+    purpose: the cap never displaces them.
+    """
+    return source == LEARNED or source.startswith(f"{LEARNED}:")
 
 
 def entry_key(text: str) -> str:
@@ -47,7 +71,9 @@ class ProfileStore(Protocol):
     def upsert(
         self, user_id: str, text: str, source: str, at: datetime, key: str | None = None
     ) -> ProfileEntry:
-        """Write an entry durably; same key replaces the old text."""
+        """Write an entry durably; same key replaces the old text. A new key at the cap replaces
+        the oldest learned entry when ``source`` is learned (:func:`is_learned`), and raises
+        ProfileFullError otherwise or when there is none."""
         ...
 
     def delete(self, user_id: str, key: str) -> None:
@@ -114,16 +140,24 @@ class DuckDBProfileStore:
     ) -> ProfileEntry:
         """Write an entry; it is committed (DuckDB's WAL is fsynced) when this returns.
 
+        A key the user already has is replaced in place. A new key when the user is at the cap
+        takes the place of their oldest learned entry if ``source`` is learned (:func:`is_learned`),
+        in the same transaction; otherwise nothing is written.
+
         Args:
             user_id: owner.
             text: the preference, in the user's language.
-            source: where it came from.
+            source: where it came from (:func:`learned_source` for the write path).
             at: time of the write.
             key: stable key; defaults to a digest of the text.
 
+        Returns:
+            The entry as stored.
+
         Raises:
             ValidationError: bad user id, text or key.
-            StorageError: the write was not committed.
+            ProfileFullError: a new key at the cap with nothing it may replace; nothing changed.
+            StorageError: the write was not committed; nothing changed.
         """
         check_user_id(user_id, self._limits.max_user_id_chars)
         clean = check_text(text, self._limits.max_text_chars)
@@ -135,11 +169,50 @@ class DuckDBProfileStore:
             updated_at=as_utc(at),
         )
         with self._lock:
-            self._run(
-                "INSERT OR REPLACE INTO profile VALUES (?, ?, ?, ?, ?)",
-                [entry.user_id, entry.key, entry.text, entry.source, entry.updated_at.replace(tzinfo=None)],
-            )
+            entry, displaced = self._place(entry)
+            row = [entry.user_id, entry.key, entry.text, entry.source, entry.updated_at.replace(tzinfo=None)]
+            try:
+                # One transaction: the displaced entry goes only if the new one is committed.
+                self._db.begin()
+                if displaced is not None:
+                    gone = [user_id, displaced]
+                    self._db.execute("DELETE FROM profile WHERE user_id = ? AND key = ?", gone)
+                self._db.execute("INSERT OR REPLACE INTO profile VALUES (?, ?, ?, ?, ?)", row)
+                self._db.commit()
+            except duckdb.Error as exc:
+                self._roll_back()
+                raise StorageError(f"profile store {self.path}: {exc}") from exc
         return entry
+
+    def _place(self, entry: ProfileEntry) -> tuple[ProfileEntry, str | None]:
+        """``entry`` as it is to be stored, and the key it displaces (None: it fits). Hold the lock.
+
+        Raises:
+            ProfileFullError: a new key at the cap with nothing it may displace.
+        """
+        rows = self._run(
+            "SELECT key, source FROM profile WHERE user_id = ? ORDER BY updated_at, key", [entry.user_id]
+        )
+        stored = dict(rows)
+        if entry.key in stored:
+            # Conversation restating an entry set on purpose must not make it displaceable.
+            if is_learned(entry.source) and not is_learned(stored[entry.key]):
+                entry = entry.model_copy(update={"source": stored[entry.key]})
+            return entry, None
+        cap = self._limits.max_profile_entries
+        if len(rows) < cap:
+            return entry, None
+        if is_learned(entry.source):
+            oldest = next((key for key, source in rows if is_learned(source)), None)
+            if oldest is not None:
+                return entry, oldest
+        raise ProfileFullError(cap)
+
+    def _roll_back(self) -> None:
+        # DuckDB ends a transaction itself when a statement in it fails: then there is nothing
+        # left to roll back.
+        with contextlib.suppress(duckdb.TransactionException):
+            self._db.rollback()
 
     def delete(self, user_id: str, key: str) -> None:
         """Delete one entry.

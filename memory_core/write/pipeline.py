@@ -11,12 +11,12 @@ from datetime import datetime, timedelta
 import numpy as np
 
 from memory_core.embedding import Embedder
-from memory_core.errors import LLMError
+from memory_core.errors import LLMError, ProfileFullError
 from memory_core.llm.structured import StructuredLLM
 from memory_core.models import Fact, Layer, NewFact, Role, Tag, Turn
 from memory_core.settings import Settings
 from memory_core.store.facts import FactStore
-from memory_core.store.profile import ProfileStore
+from memory_core.store.profile import ProfileStore, learned_source
 from memory_core.text import Tokenizer
 from memory_core.write.analyze import TurnAnalyzer, has_near_time_cue
 from memory_core.write.forget import ForgetResult, Forgetter
@@ -35,6 +35,7 @@ class TurnOutcome:
     skipped: str | None = None  # pre-filter reason, "judge", or "error"
     facts: list[Fact] = field(default_factory=list)
     profile_entries: int = 0
+    profile_full: int = 0  # wishes not stored: the profile is at its cap with entries set on purpose
     duplicates: int = 0
     echoes: int = 0  # extracted facts dropped as the other party's words, not the user's
     superseded: list[int] = field(default_factory=list)
@@ -213,7 +214,11 @@ class WritePath:
             self._facts.supersede(user_id, old_id, outcome.facts[index].id)
             outcome.superseded.append(old_id)
         for item in plan.profile:
-            self._profiles.upsert(user_id, item.text, turn.turn_id or "conversation", at)
-        outcome.profile_entries = len(plan.profile)
+            try:
+                self._profiles.upsert(user_id, item.text, learned_source(turn.turn_id), at)
+            except ProfileFullError:
+                outcome.profile_full += 1
+            else:
+                outcome.profile_entries += 1
         outcome.duplicates = plan.duplicates
         outcome.echoes = plan.echoes
