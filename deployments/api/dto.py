@@ -110,6 +110,7 @@ class TurnResult(BaseModel):
         description="Wishes not written: the profile is at its cap and every entry in it was set on "
         "purpose (API, CLI)."
     )
+    quoted: int = Field(description="Wishes dropped as quoted or pasted text, not the user's own words.")
     duplicates: int
     echoes: int = Field(description="Extracted facts dropped as the other party's words, not the user's.")
     superseded: list[MemoryId]
@@ -126,6 +127,7 @@ class TurnResult(BaseModel):
             memories=[FactOut.of(f) for f in outcome.facts],
             profile_entries=outcome.profile_entries,
             profile_full=outcome.profile_full,
+            quoted=outcome.quoted,
             duplicates=outcome.duplicates,
             echoes=outcome.echoes,
             superseded=[str(i) for i in outcome.superseded],

@@ -21,6 +21,7 @@ from memory_core.text import Tokenizer
 from memory_core.write.analyze import TurnAnalyzer, has_near_time_cue
 from memory_core.write.forget import ForgetResult, Forgetter
 from memory_core.write.prompts import resolve_messages
+from memory_core.write.quoted import quoted_wish
 from memory_core.write.schemas import RELATIONS, ExtractedFact
 from memory_core.write.speakers import agrees, borrowed_words, echoed, self_statements, sentences
 
@@ -36,6 +37,7 @@ class TurnOutcome:
     facts: list[Fact] = field(default_factory=list)
     profile_entries: int = 0
     profile_full: int = 0  # wishes not stored: the profile is at its cap with entries set on purpose
+    quoted: int = 0  # profile items dropped as wishes of quoted or pasted text, not the user's
     duplicates: int = 0
     echoes: int = 0  # extracted facts dropped as the other party's words, not the user's
     superseded: list[int] = field(default_factory=list)
@@ -53,6 +55,7 @@ class _Plan:
     new: list[tuple[ExtractedFact, np.ndarray]] = field(default_factory=list)
     replaces: dict[int, int] = field(default_factory=dict)  # index in ``new`` -> old fact id
     profile: list[ExtractedFact] = field(default_factory=list)
+    quoted: int = 0
     duplicates: int = 0
     echoes: int = 0
 
@@ -134,7 +137,9 @@ class WritePath:
     ) -> _Plan:
         plan = _Plan()
         fact_items = [f for f in extracted if f.layer == "fact"]
-        plan.profile = [f for f in extracted if f.layer == "profile"]
+        wishes = [f for f in extracted if f.layer == "profile"]
+        plan.profile = [f for f in wishes if not quoted_wish(f.text, message, self._tokenizer.terms)]
+        plan.quoted = len(wishes) - len(plan.profile)
         # The other party's words about themselves, if the user does not agree with them
         # ("me too!"), are embedded with the facts: a fact nearer to them than to the user's
         # own words is theirs. A question ("Do you have pets?") only frames the reply.
@@ -220,5 +225,6 @@ class WritePath:
                 outcome.profile_full += 1
             else:
                 outcome.profile_entries += 1
+        outcome.quoted = plan.quoted
         outcome.duplicates = plan.duplicates
         outcome.echoes = plan.echoes
