@@ -7,6 +7,8 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from memory_core.errors import ValidationError
+
 
 class Tag(StrEnum):
     """What kind of thing a fact says about the user."""
@@ -34,10 +36,17 @@ class Role(StrEnum):
 
 
 def as_utc(value: datetime) -> datetime:
-    """Return ``value`` as an aware UTC datetime; naive values are taken to be UTC."""
+    """Return ``value`` as an aware UTC datetime; naive values are taken to be UTC.
+
+    Raises:
+        ValidationError: the instant falls outside the years 1-9999 once in UTC.
+    """
     if value.tzinfo is None:
         return value.replace(tzinfo=UTC)
-    return value.astimezone(UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise ValidationError(f"{value.isoformat()} is outside the years 1-9999 in UTC") from None
 
 
 class _Timestamped(BaseModel):

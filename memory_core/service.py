@@ -240,7 +240,10 @@ class MemoryService:
         for item, text in zip(items, texts, strict=True):
             expire_at = as_utc(item.expire_at) if item.expire_at else None
             if item.ttl is not None:
-                expire_at = when + item.ttl
+                try:
+                    expire_at = when + item.ttl
+                except OverflowError:
+                    raise ValidationError(f"a ttl of {item.ttl} expires after the year 9999") from None
             if expire_at is not None and expire_at <= when:
                 raise ValidationError(f"expiry {expire_at.isoformat()} is not after {when.isoformat()}")
             new_facts.append(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Query
 
-from deployments.api.app import principal_dependency
+from deployments.api.app import ERROR_RESPONSES, principal_dependency
 from deployments.api.auth import AuthError, Principal
 from deployments.api.dto import SweepIn
 from deployments.api.runtime import Runtime
@@ -20,7 +20,7 @@ def _admin(principal: Principal) -> None:
 
 def admin_router(rt: Runtime) -> APIRouter:
     """Routes under ``/v1/admin``."""
-    router = APIRouter(prefix="/v1/admin", tags=["admin"])
+    router = APIRouter(prefix="/v1/admin", tags=["admin"], responses=ERROR_RESPONSES)
     caller = principal_dependency(rt)
 
     @router.post("/sweep")

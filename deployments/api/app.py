@@ -6,11 +6,13 @@ Status codes live here only (STYLE.md): the core raises ``LongmemError`` subclas
 from __future__ import annotations
 
 import logging
-from typing import Annotated
+from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, Header, Request
+from fastapi import Depends, FastAPI, Request, Security
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from deployments.api.auth import AuthError, Principal
 from deployments.api.dto import ErrorOut
@@ -43,6 +45,24 @@ _STATUS: list[tuple[type[LongmemError], int]] = [
     (StorageError, 503),
     (ConfigError, 500),
 ]
+
+
+# Every answer of an authenticated route other than its success, as documented in OpenAPI: the
+# same ErrorOut body whatever raised it (FastAPI's own 422 shape included).
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorOut, "description": description}
+    for status, description in [
+        (400, "The body is not JSON."),
+        (401, "No API key, or an unknown one."),
+        (403, "The key may not make this call."),
+        (404, "No such memory, profile entry or job for this caller."),
+        (409, "A sweep is already running."),
+        (413, "The body is over serve.max_request_bytes."),
+        (422, "The request is invalid; nothing was stored."),
+        (502, "The LLM's output stayed invalid."),
+        (503, "The LLM or the disk is unavailable; nothing was stored."),
+    ]
+}
 
 
 def status_of(error: LongmemError) -> int:
@@ -94,6 +114,15 @@ def create_api(rt: Runtime) -> FastAPI:
             response.headers["WWW-Authenticate"] = "Bearer"
         return response
 
+    @api.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        # Starlette's own answers (unknown route, wrong method, a body that is not JSON) in the
+        # one error shape.
+        response = _error(exc.status_code, "HTTPError", exc.detail)
+        for name, value in (exc.headers or {}).items():
+            response.headers[name] = value
+        return response
+
     @api.exception_handler(RequestValidationError)
     async def bad_request(_: Request, exc: RequestValidationError) -> JSONResponse:
         errors = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", "")} for e in exc.errors()]
@@ -106,14 +135,14 @@ def create_api(rt: Runtime) -> FastAPI:
         """The ingress answers (touches no store, embedder or LLM)."""
         return {"ok": True}
 
-    @api.get("/healthz", tags=["ops"])
+    @api.get("/healthz", tags=["ops"], responses={503: {"description": "A part is down (same report)."}})
     def healthz() -> JSONResponse:
         """Shards (index loaded, log writable), profile store (DuckDB open), embedder and LLM reachable;
         probed at most once per ``serve.health_cache_s`` (``age_s`` says how long ago)."""
         report = deep.report()
         return JSONResponse(report, status_code=200 if report["ok"] else 503)
 
-    @api.get("/metrics", tags=["ops"])
+    @api.get("/metrics", tags=["ops"], response_class=PlainTextResponse)
     def metrics() -> Response:
         """Prometheus metrics."""
         if rt.service.llm is not None:
@@ -139,13 +168,21 @@ class _Wrap:
         await self._app(scope, receive, send)
 
 
+# Declared as OpenAPI security schemes (not as plain headers), so clients and fuzzers see that
+# every route but the ops ones needs a key; neither raises itself: the Authenticator decides.
+_BEARER = HTTPBearer(auto_error=False, description="Authorization: Bearer <API key>.")
+_API_KEY = APIKeyHeader(name="X-API-Key", auto_error=False, description="The API key, instead of a bearer.")
+
+
 def principal_dependency(rt: Runtime):  # type: ignore[no-untyped-def]
     """A FastAPI dependency resolving the caller from the request headers (fails closed)."""
 
     def caller(
-        authorization: Annotated[str | None, Header()] = None,
-        x_api_key: Annotated[str | None, Header()] = None,
+        request: Request,
+        _: Annotated[HTTPAuthorizationCredentials | None, Security(_BEARER)],
+        x_api_key: Annotated[str | None, Security(_API_KEY)],
     ) -> Principal:
-        return rt.auth.authenticate(authorization, x_api_key)
+        # The raw header: HTTPBearer drops a malformed one, which must be refused, not ignored.
+        return rt.auth.authenticate(request.headers.get("authorization"), x_api_key)
 
     return Depends(caller)

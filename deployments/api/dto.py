@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -14,6 +14,8 @@ from memory_core.write.pipeline import TurnOutcome
 
 # Ids are 63-bit integers: sent as strings, since JavaScript clients lose digits past 2**53.
 MemoryId = str
+# The longest duration Python represents (a longer ttl could not be turned into an expiry).
+_MAX_TTL_S = float(timedelta.max.days * 86_400)
 
 
 class TurnIn(BaseModel):
@@ -156,7 +158,9 @@ class RememberItem(BaseModel):
 
     text: str = Field(min_length=1)
     tag: Tag = Tag.OTHER
-    ttl_seconds: float | None = Field(default=None, gt=0, description="Makes it temporary.")
+    ttl_seconds: float | None = Field(
+        default=None, gt=0, le=_MAX_TTL_S, description="Makes it temporary (at most 999999999 days)."
+    )
     expire_at: datetime | None = Field(default=None, description="Makes it temporary.")
     source_turn_ids: list[str] = Field(default_factory=list, max_length=50)
 

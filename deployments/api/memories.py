@@ -7,7 +7,7 @@ from datetime import timedelta
 from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
 
-from deployments.api.app import principal_dependency
+from deployments.api.app import ERROR_RESPONSES, principal_dependency
 from deployments.api.auth import Principal
 from deployments.api.dto import (
     ChatIn,
@@ -58,7 +58,7 @@ def _job_out(rt: Runtime, principal: Principal, job_id: str) -> JobOut:
 
 def memory_router(rt: Runtime) -> APIRouter:
     """Routes under ``/v1/users/{user_id}`` and ``/v1/jobs``."""
-    router = APIRouter(prefix="/v1", tags=["memory"])
+    router = APIRouter(prefix="/v1", tags=["memory"], responses=ERROR_RESPONSES)
     caller = principal_dependency(rt)
     svc = rt.service
     limits = rt.settings.serve

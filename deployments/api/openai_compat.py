@@ -17,7 +17,7 @@ from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
 
-from deployments.api.app import principal_dependency
+from deployments.api.app import ERROR_RESPONSES, principal_dependency
 from deployments.api.auth import Principal
 from deployments.api.runtime import Runtime
 from memory_core.errors import ValidationError
@@ -47,7 +47,7 @@ class ChatCompletionIn(BaseModel):
 
     model: str = Field(default="longmem", description="Echoed back; the server's LLM answers.")
     messages: list[OpenAIMessage] = Field(min_length=1)
-    user: str | None = Field(default=None, description="The end user's id: whose memory to use (required).")
+    user: str = Field(description="The end user's id: whose memory to use (longmem keeps memory per user).")
     max_tokens: int | None = Field(default=None, ge=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
     stream: bool = False
@@ -65,15 +65,13 @@ def _split(body: ChatCompletionIn) -> tuple[str, list[Turn], str]:
 
 def openai_router(rt: Runtime) -> APIRouter:
     """The OpenAI-compatible route."""
-    router = APIRouter(prefix="/v1", tags=["openai"])
+    router = APIRouter(prefix="/v1", tags=["openai"], responses=ERROR_RESPONSES)
     caller = principal_dependency(rt)
     svc = rt.service
 
     @router.post("/chat/completions", response_model=None)
     def chat_completions(body: ChatCompletionIn, principal: Principal = caller) -> object:
         """An OpenAI chat completion answered with the user's memory."""
-        if not body.user:
-            raise ValidationError("set 'user' to the end user's id: longmem keeps memory per user")
         user = rt.user(principal, body.user)
         instructions, history, question = _split(body)
         cap = rt.settings.serve.reply_max_tokens
