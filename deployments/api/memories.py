@@ -39,7 +39,8 @@ from memory_core.service import Remember
 
 
 def _memory_id(raw: str, user: str) -> int:
-    if not raw.isdigit() or len(raw) > 19:
+    # ASCII digits only: str.isdigit() also takes "²" or "①", which int() then refuses (a 500).
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 19:
         raise NotFoundError(user, [raw])
     return int(raw)
 
