@@ -23,6 +23,7 @@ from memory_core.validation import check_text, check_user_id
 from memory_core.working import WorkingMemory
 from memory_core.write.forget import ForgetResult, Forgetter
 from memory_core.write.pipeline import TurnOutcome, WritePath
+from memory_core.write.speakers import other_person
 
 
 @dataclass(frozen=True)
@@ -255,6 +256,8 @@ class MemoryService:
                     created_at=when,
                     expire_at=expire_at,
                     source_turn_ids=item.source_turn_ids,
+                    # Written as "User's sister Ana ...", a fact given directly is hers too.
+                    about=other_person(text, ""),
                 )
             )
         if not new_facts:

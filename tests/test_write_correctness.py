@@ -191,6 +191,23 @@ def test_another_persons_fact_does_not_answer_a_question_about_the_user(
     assert theirs[0] == "User's brother Kofi lives in Accra"
 
 
+def test_a_fact_given_directly_about_a_relative_is_theirs_and_forgetting_mine_keeps_it(
+    svc: MemoryService, engine: ScriptedEngine
+) -> None:
+    svc.remember(
+        "u",
+        [Remember(text="User's wife Mei's birthday is 9 June"), Remember(text="User's birthday is 2 May")],
+    )
+    assert {f.text: f.about for f in svc.list_facts("u")}[
+        "User's wife Mei's birthday is 9 June"
+    ] == "wife Mei"
+    engine.script("forget_target", '{"target": "birthday"}')
+    engine.defaults["forget_match"] = "yes"
+    result = svc.forget("u", "Forget my birthday.")
+    assert [f.text for f in result.facts] == ["User's birthday is 2 May"]
+    assert [f.text for f in svc.list_facts("u")] == ["User's wife Mei's birthday is 9 June"]
+
+
 def test_the_about_field_survives_a_restart(
     settings: Settings, clock: ManualClock, embedder: Embedder, engine: ScriptedEngine
 ) -> None:
