@@ -14,7 +14,7 @@ from memory_core.embedding import Embedder
 from memory_core.models import Role, Turn
 from memory_core.service import MemoryService, Remember, open_local_service
 from memory_core.settings import Settings
-from memory_core.write.analyze import has_forget_cue
+from memory_core.write.analyze import has_forget_cue, plainly_asks_to_forget
 from memory_core.write.quoted import own_words
 from tests.scripted_engine import ScriptedEngine, facts_json
 
@@ -51,6 +51,40 @@ def _user(text: str) -> Turn:
 )
 def test_the_forget_cue_is_a_cheap_first_gate(text: str, cue: bool) -> None:
     assert has_forget_cue(text) is cue
+
+
+@pytest.mark.parametrize(
+    ("text", "plain"),
+    [
+        ("Please forget my locker code.", True),
+        ("Could you delete the note about my landlord?", False),  # a question: the LLM decides
+        ("把我前男友的名字删掉。", True),
+        ("以后不要再记我的体重了。", True),
+        ("千万别把我的血型删了。", False),  # negated
+        ("我同事说'把那个文件删掉'，好烦。", False),  # quoted
+        ("帮我翻译：请删除我的账号", False),  # pasted to translate
+        ("怎么删除相册里的重复照片", False),  # a how-to question
+        ("Don't forget I'm vegan.", False),
+        ("Forget it, the kettle works now.", False),
+    ],
+)
+def test_a_plain_request_in_the_users_own_words_is_read_without_the_llm(text: str, plain: bool) -> None:
+    assert plainly_asks_to_forget(text) is plain
+
+
+def test_a_plain_request_forgets_even_when_the_model_would_say_no(
+    svc: MemoryService, engine: ScriptedEngine
+) -> None:
+    svc.remember("u", [Remember(text="用户的车牌号是闽D 12345"), Remember(text="用户是中学物理老师")])
+    engine.defaults["forget_intent"] = "no"
+    engine.script("forget_target", '{"target": "车牌号"}')
+    engine.defaults["forget_match"] = "yes"
+    (outcome,) = svc.ingest("u", "s", [_user("以后不要再记我的车牌号了。")])
+    assert "forget_intent" not in engine.calls
+    assert outcome.forgotten is not None and [f.text for f in outcome.forgotten.facts] == [
+        "用户的车牌号是闽D 12345"
+    ]
+    assert [f.text for f in svc.list_facts("u")] == ["用户是中学物理老师"]
 
 
 def test_a_turn_without_a_cue_never_asks_the_forget_question(
@@ -292,6 +326,7 @@ def test_a_wish_only_quoted_or_pasted_never_becomes_a_profile_entry(
         ("用『中文』回答", "用 回答"),
         ("Use `black` and “tabs”", "Use   and  "),
         ("Keep replies short", "Keep replies short"),
+        ("他总说'回答要短'，我不同意", "他总说 ，我不同意"),  # ASCII quotes next to Chinese
     ],
 )
 def test_own_words_leave_out_what_is_quoted_or_pasted(message: str, own: str) -> None:

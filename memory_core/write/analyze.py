@@ -12,6 +12,7 @@ from memory_core.llm.structured import StructuredLLM
 from memory_core.text import has_cjk
 from memory_core.write.prefilter import SkipReason, prefilter
 from memory_core.write.prompts import extract_messages, forget_intent_messages, judge_messages
+from memory_core.write.quoted import own_words
 from memory_core.write.schemas import ExtractedFact, Extraction
 from memory_core.write.speakers import addressed_names, names_listener_as_user, other_person
 
@@ -22,7 +23,7 @@ from memory_core.write.speakers import addressed_names, names_listener_as_user, 
 _FORGET_CUE = re.compile(
     r"\b(forget|delete|erase|remove|wipe|scrub|purge|clear|drop|stop remembering|unlearn)"
     r"|\b(don'?t|do not|no longer|stop)\s+(keep|store|remember|hold)"
-    r"|忘|删|抹掉|抹去|清除|清空|去掉|移除|别记|不要记|别再记|不用记",
+    r"|忘|删|抹掉|抹去|清除|清空|去掉|移除|(?:别|不要|不用|无需)再?记",
     re.IGNORECASE,
 )
 
@@ -38,6 +39,36 @@ _NEAR_TIME = re.compile(
 def has_near_time_cue(text: str) -> bool:
     """Whether ``text`` places something at the present or in the near future ("right now", "下周二")."""
     return _NEAR_TIME.search(text) is not None
+
+
+# A plain request to erase, said in the user's own voice: an erase verb in a clause that is not
+# a question and not negated before the verb ("别把…删了", "I never asked you to delete…").
+# The small model said no to many of these ("不要再记我的手机号了", "Please forget that …"), so
+# such a clause is a request without asking it; everything else with a cue goes to the LLM.
+_ERASE = re.compile(
+    r"(?:忘掉|删掉|删了|删除|清除|清掉|抹掉|抹去)"
+    r"|(?P<stop>(?:不要|别|不用|无需)再(?:记着|记住|记))"
+    r"|^\s*(?:please\s+|ok,?\s+|and\s+)?(?:forget|delete|erase|wipe|remove)\s+(?!it\b|about it\b|the\b)"
+    r"|\b(?:can|could|would|will) you (?:please )?(?:forget|delete|erase|wipe|remove)\b"
+    r"|\bstop (?:remembering|storing|keeping)\b",
+    re.IGNORECASE,
+)
+_NOT_ASKED = re.compile(
+    r"别|不要|没|不用|千万|不能|不会|怎么|如何|吗|\bhow\b|\bdon'?t\b|\bnever\b|\bnot\b", re.IGNORECASE
+)
+_CLAUSE = re.compile(r"[^，。！？,.!?；;\n]+[？?]?")
+
+
+def plainly_asks_to_forget(text: str) -> bool:
+    """Whether a clause of ``text`` in the user's own words (not quoted or pasted) plainly asks
+    the assistant to erase something."""
+    for clause in _CLAUSE.findall(own_words(text)):
+        match = _ERASE.search(clause)
+        if match is None or clause.rstrip().endswith(("?", "？")):
+            continue
+        if match["stop"] or not _NOT_ASKED.search(clause[: match.start()]):
+            return True
+    return False
 
 
 def has_forget_cue(text: str) -> bool:
@@ -80,6 +111,8 @@ class TurnAnalyzer:
         """
         if not has_forget_cue(message):
             return False
+        if plainly_asks_to_forget(message):
+            return True
         return self._llm.choose(forget_intent_messages(message), ["yes", "no"]) == "yes"
 
     def judge(self, message: str) -> Verdict:

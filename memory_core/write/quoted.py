@@ -5,7 +5,8 @@ to that text, not to the user: it must never become a standing profile entry. Th
 lexical and deterministic, run after extraction, so that no model can talk its way past it.
 
 Quoted or pasted spans are:
-- text between quotes: "…", “…”, ‘…’, '…' (not an apostrophe inside a word), 「…」, 『…』;
+- text between quotes: "…", “…”, ‘…’, '…' (not an apostrophe inside a Latin word: "don't";
+  next to Chinese it is a quote: 他说'删了吧'), 「…」, 『…』;
 - code: fenced blocks (to the end of the message when unclosed) and inline `code`;
 - whatever follows a task on pasted text and its colon or line break, to the end of the message
   ("Translate this:", "summarise:", "翻译一下：", "总结：").
@@ -24,7 +25,7 @@ _QUOTED = re.compile(
     r"```.*?(?:```|\Z)"
     r"|`[^`\n]+`"
     r'|"[^"]*"|“[^”]*”|‘[^’]*’'
-    r"|(?<!\w)'[^'\n]*'(?!\w)"
+    r"|(?<![A-Za-z0-9])'[^'\n]*'(?![A-Za-z0-9])"
     r"|「[^」]*」|『[^』]*』"
     rf"|(?P<task>{_PASTE_TASK}[:：\n]).*",
     re.IGNORECASE | re.DOTALL,
