@@ -99,6 +99,13 @@ class RecallSettings(BaseModel):
         description="Score taken off a fact about another person (a relative, a colleague) when the "
         "question does not name them, so that it never answers a question about the user themselves.",
     )
+    best_hit_slack: float = Field(
+        default=0.03,
+        ge=0.0,
+        le=1.0,
+        description="How far below the threshold the single best hit may score and still be returned: "
+        "short facts ('User writes Go') score just under it for plain questions about them.",
+    )
 
 
 class WorkingSettings(BaseModel):

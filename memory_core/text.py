@@ -19,6 +19,21 @@ _STOPWORDS = frozenset(
 )
 
 
+_SOMEONE_ELSE = re.compile(
+    r"\b(?:my|our)\s+(?:\w+\s+)?(?:kids?|child(?:ren)?|son|daughter|wife|husband|partner|boyfriend|girlfriend"
+    r"|mum|mom|mother|dad|father|parents?|sister|brother|siblings?|cousin|aunt|uncle|niece|nephew"
+    r"|grand\w+|friend|colleague|co-?worker|boss|manager|neighbou?r|roommate|flatmate|dog|cat|pet|family)"
+    r"|我(?:的)?(?:孩子|儿子|女儿|老公|老婆|丈夫|妻子|爱人|对象|男朋友|女朋友|爸|妈|父亲|母亲|父母|哥|姐|弟|妹"
+    r"|表|堂|爷爷|奶奶|外公|外婆|姥姥|姥爷|朋友|闺蜜|同事|老板|领导|邻居|室友|同学|狗|猫|宠物|家人)",
+    re.IGNORECASE,
+)
+
+
+def asks_about_someone_else(question: str) -> bool:
+    """Whether ``question`` asks about someone in the user's life ("my kid", "我女儿"), named or not."""
+    return _SOMEONE_ELSE.search(question) is not None
+
+
 def has_cjk(text: str) -> bool:
     """Whether ``text`` contains Chinese, Japanese or Korean characters."""
     return _CJK.search(text) is not None

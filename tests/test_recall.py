@@ -52,6 +52,23 @@ def test_k_and_threshold_bound_the_results(service: MemoryService) -> None:
     assert service.recaller.recall("u2", "favourite number", service.clock.now(), k=5, threshold=1.5) == []
 
 
+def test_the_best_hit_alone_may_sit_just_under_the_threshold(service: MemoryService) -> None:
+    service.remember("u5", [Remember("User writes Rust"), Remember("User keeps two rabbits")])
+    now = service.clock.now()
+    best, second = service.recaller.recall("u5", "Which language do I code in?", now, threshold=-1.0)
+    assert best.fact.text == "User writes Rust" and best.score > second.score + 0.02
+    slack = service.settings.recall.best_hit_slack
+    just_over = best.score + slack / 2  # the best hit is under it, but within the slack
+    assert [
+        h.fact.text
+        for h in service.recaller.recall("u5", "Which language do I code in?", now, threshold=just_over)
+    ] == ["User writes Rust"]
+    assert (
+        service.recaller.recall("u5", "Which language do I code in?", now, threshold=best.score + slack * 2)
+        == []
+    )
+
+
 def test_superseded_fact_is_kept_but_not_recalled(service: MemoryService) -> None:
     (old,) = service.remember("u3", [Remember("I live in Hangzhou", Tag.IDENTITY)])
     (new,) = service.remember("u3", [Remember("I moved to Shenzhen", Tag.IDENTITY)])

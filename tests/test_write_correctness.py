@@ -242,6 +242,13 @@ def test_a_fact_given_directly_about_a_relative_is_theirs_and_forgetting_mine_ke
     assert [f.text for f in svc.list_facts("u")] == ["User's wife Mei's birthday is 9 June"]
 
 
+def test_a_question_about_my_kid_finds_my_daughters_fact(svc: MemoryService, engine: ScriptedEngine) -> None:
+    svc.remember("u", [Remember(text="User's son Ravi starts secondary school in January")])
+    hits = svc.recall("u", "When does my kid start school?")
+    assert [h.fact.text for h in hits] == ["User's son Ravi starts secondary school in January"]
+    assert not svc.recall("u", "Where do I go to school?", k=1, threshold=0.8)
+
+
 def test_the_about_field_survives_a_restart(
     settings: Settings, clock: ManualClock, embedder: Embedder, engine: ScriptedEngine
 ) -> None:

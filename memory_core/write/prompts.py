@@ -65,7 +65,8 @@ EXTRACT_SYSTEM = (
     "city, age or plans to the user.\n"
     "- text: one short, plain sentence in the SAME language as the message (English message: 'User ...'; "
     "Chinese message: '用户...'), with plain verbs (lives in, works as, has, likes; 住在, 是, 有, 喜欢). "
-    "Keep names, places and numbers exactly.\n"
+    "Keep names, places, numbers and the user's own key words exactly; write a wish as what the user "
+    'wants or never wants ("User wants short answers", not "User hates long text").\n'
     "- tag: identity (who they are: job, company, home, family, health, allergies), preference (likes, "
     "dislikes, hobbies, tastes, style), requirement (what they need, look for or want solved), event "
     "(plans, trips, stays, meetings, appointments, where they are now), other.\n"
@@ -178,6 +179,10 @@ EXTRACT_SHOTS = [
     _extract_example(
         "Shorter replies please, two or three lines is plenty for me.",
         [_fact("User wants short replies of two or three lines", "preference", layer="profile")],
+    ),
+    _extract_example(
+        "And don't ever recommend diet pills to me.",
+        [_fact("User never wants diet pills recommended", "preference", layer="profile")],
     ),
     _extract_example(
         "Talk to me like a friend would, not like a textbook.",
