@@ -656,3 +656,23 @@ def test_a_memory_id_of_digits_only_to_str_isdigit_is_a_404_not_a_500(
                     assert answer.status_code == 404, (raw, method, answer.text)
     finally:
         service.close()
+
+
+def test_an_erase_of_a_user_id_with_an_encoded_slash_is_not_redirected_to_another_user(
+    settings: Settings, embedder: Embedder
+) -> None:
+    """Found by the state machine above: ``DELETE /v1/users/a%3Ab%2F`` (user "a:b/", not a valid
+    id) was redirected without its trailing slash, and the redirect erased user "a:b"."""
+    settings.serve = ServeSettings(api_keys=[ApiKey(key=KEYS["acme"], tenant="acme")])
+    service = open_local_service(settings, ManualClock(START), embedder)
+    try:
+        with TestClient(local_api(service), headers={"Authorization": f"Bearer {KEYS['acme']}"}) as client:
+            stored = client.post("/v1/users/a%3Ab/memories", json={"memories": [{"text": "User keeps bees"}]})
+            assert stored.status_code in (200, 201), stored.text
+            answer = client.delete("/v1/users/a%3Ab%2F")
+            assert 400 <= answer.status_code < 500, answer.text
+            assert [m["text"] for m in client.get("/v1/users/a%3Ab/memories").json()["memories"]] == [
+                "User keeps bees"
+            ]
+    finally:
+        service.close()

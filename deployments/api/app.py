@@ -91,6 +91,9 @@ def create_api(rt: Runtime) -> FastAPI:
         title="longmem",
         version="1",
         description="Long-term memory for AI agents: working window, extracted facts, preference profile.",
+        # No redirect to the path without its trailing slash: "DELETE /v1/users/a%3Ab%2F" (user
+        # "a:b/", invalid) was redirected to, and erased, user "a:b".
+        redirect_slashes=False,
     )
 
     @api.exception_handler(LongmemError)
