@@ -139,7 +139,8 @@ class WalWriter:
         self._broken = False
         created = not self.path.exists()
         try:
-            self._handle = open(self.path, "ab")
+            # Unbuffered: a buffer would keep the bytes of a failed write and flush them later.
+            self._handle = open(self.path, "ab", buffering=0)
             self._size = self._handle.seek(0, os.SEEK_END)
             if created:
                 fsync_dir(directory)
@@ -158,8 +159,9 @@ class WalWriter:
         body = bytes([op]) + payload
         header = struct.pack("<II", len(payload), zlib.crc32(body))
         try:
-            self._handle.write(header + body)
-            self._handle.flush()
+            record = memoryview(header + body)
+            while record:
+                record = record[self._handle.write(record) :]
             os.fsync(self._handle.fileno())
         except OSError as exc:
             self._undo()
