@@ -4,32 +4,24 @@ and without one; plus the defects it found, pinned as plain tests."""
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 import schemathesis
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
-from hypothesis import HealthCheck, given, settings
-from hypothesis.errors import Unsatisfiable
 
 from memory_core.clock import ManualClock
 from memory_core.embedding import Embedder
 from memory_core.service import open_local_service
 from memory_core.settings import ApiKey, ServeSettings, Settings, StorageSettings
+from tests import fuzzing
 from tests.asgi_app import local_api
 from tests.conftest import START
 from tests.scripted_engine import ScriptedEngine
 
 ADMIN = "acme-admin-key-0123456789"
 KEYED = {"Authorization": f"Bearer {ADMIN}"}
-PUBLIC = {"GET /livez", "GET /healthz", "GET /metrics"}
-# Some rules the schema does not state (user ids of letters and digits of any script, which
-# Python's and JSON Schema's ``\w`` disagree on; a text blank once stripped; an expiry not after
-# ``at``; a chat ending on the assistant): a valid-looking request may get a 422 for them.
-# Pydantic's lax mode also takes "0.5" for a number and 1700000000 for an instant: left open.
-LENIENT = [schemathesis.checks.positive_data_acceptance, schemathesis.checks.negative_data_rejection]
 EXAMPLES = 25  # per operation and mode: ~1000 cases, about a minute on 2 shared cores
 
 
@@ -51,70 +43,19 @@ def api_schema(fuzz_app: FastAPI) -> schemathesis.BaseSchema:
     return schemathesis.openapi.from_asgi("/openapi.json", fuzz_app, config=config)
 
 
-def _fuzz(
-    schema: schemathesis.BaseSchema,
-    modes: list[schemathesis.GenerationMode],
-    call: Callable[[schemathesis.Case], int],
-) -> tuple[int, Counter[str], dict[str, str]]:
-    """Runs ``call`` on up to EXAMPLES cases per operation and mode; returns the operations, the
-    count of answers per status class, and one failure message per distinct failure."""
-    statuses: Counter[str] = Counter()
-    failures: dict[str, str] = {}
-    operations = [result.ok() for result in schema.get_all_operations()]
-    for operation in operations:
-        for mode in modes:
-
-            @given(case=operation.as_strategy(generation_mode=mode))
-            @settings(
-                max_examples=EXAMPLES, suppress_health_check=list(HealthCheck), deadline=None, database=None
-            )
-            def run(case: schemathesis.Case) -> None:
-                try:
-                    statuses[f"{call(case) // 100}xx"] += 1
-                except (AssertionError, schemathesis.errors.FailureGroup) as exc:
-                    statuses["failed"] += 1
-                    failures.setdefault(f"{case.operation.label}: {str(exc)[:800]}", case.as_curl_command())
-                except Exception as exc:  # the in-process app raised: a 500 over HTTP
-                    statuses["5xx"] += 1
-                    failures.setdefault(
-                        f"{case.operation.label}: {type(exc).__name__} {exc}", case.as_curl_command()
-                    )
-
-            try:
-                run()
-            except Unsatisfiable:  # nothing to make invalid: no parameters, no body
-                pass
-    return len(operations), statuses, failures
-
-
 def test_every_operation_with_a_key_answers_within_its_schema_and_never_5xx(
     api_schema: schemathesis.BaseSchema,
 ) -> None:
-    modes = [schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGATIVE]
-    operations, statuses, failures = _fuzz(
-        api_schema,
-        modes,
-        lambda case: case.call_and_validate(headers=KEYED, excluded_checks=LENIENT).status_code,
-    )
-    print(f"\nwith a key: {operations} operations, {sum(statuses.values())} cases, {dict(statuses)}")
-    assert not failures, "\n\n".join(f"{name}\n{curl}" for name, curl in failures.items())
-    assert statuses["5xx"] == 0
+    run = fuzzing.with_key(api_schema, KEYED, EXAMPLES)
+    print("\n" + run.report("with a key"))
+    assert not run.failures, "\n\n".join(f"{name}\n{curl}" for name, curl in run.failures.items())
+    assert run.statuses["5xx"] == 0
 
 
 def test_no_operation_answers_without_a_key(api_schema: schemathesis.BaseSchema) -> None:
-    reached: set[str] = set()
-
-    def call(case: schemathesis.Case) -> int:
-        status = case.call().status_code
-        if case.operation.label not in PUBLIC:
-            assert status == 401, f"{case.operation.label} answered {status} without a key"
-        reached.add(case.operation.label)
-        return status
-
-    operations, statuses, failures = _fuzz(api_schema, [schemathesis.GenerationMode.POSITIVE], call)
-    print(f"\nwithout a key: {operations} operations, {sum(statuses.values())} cases, {dict(statuses)}")
-    assert not failures, "\n\n".join(failures)
-    assert len(reached) == operations
+    run = fuzzing.without_key(api_schema, EXAMPLES)
+    print("\n" + run.report("without a key"))
+    assert not run.failures, "\n\n".join(run.failures)
 
 
 def test_a_ttl_or_an_instant_past_the_year_9999_is_a_422_not_a_500(fuzz_app: FastAPI) -> None:
