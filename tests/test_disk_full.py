@@ -146,6 +146,8 @@ def test_a_full_disk_refuses_writes_with_503_keeps_reads_and_loses_nothing_ackno
             assert _profile(client, user) == acked_profiles.get(user, [])
     service.close()
     assert not any(text in _facts_text(tiny_disk) for text in refused if text.startswith("ana wrote"))
+    acked_facts = sum(len(texts) for texts in acked.values())
+    print(f"acked {acked_facts} facts, {len(acked_profiles)} profiles, all found; refused {len(refused)}")
 
 
 def _facts_text(disk: Path) -> str:
