@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from longmem.bench_cli import add_bench, add_eval_locomo
+from longmem.http_target import HttpTarget
+from longmem.mcp_cli import add_mcp
 from longmem.serve_cli import add_commands
 from memory_core.clock import ManualClock, SystemClock
 from memory_core.errors import LongmemError
-from memory_core.evaluation.http import HttpTarget
 from memory_core.evaluation.local import LocalTarget
 from memory_core.evaluation.scenarios import load_scenarios, run_scenarios
 from memory_core.llm.factory import make_engine
@@ -258,6 +259,7 @@ def _build_parser() -> argparse.ArgumentParser:
     add_eval_locomo(evaluate)
     add_bench(sub)
     add_commands(sub)
+    add_mcp(sub)
     return parser
 
 

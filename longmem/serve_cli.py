@@ -9,11 +9,8 @@ import sys
 import threading
 from types import FrameType
 from typing import Any
-from urllib.parse import quote
 
-import httpx
-
-from memory_core.evaluation.http import call_server
+from longmem.client import Client
 from memory_core.settings import Settings
 
 
@@ -63,9 +60,7 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> None:
 def cmd_chat(settings: Settings, args: argparse.Namespace) -> None:
     """A terminal chat with memory: each turn shows which memories the reply was built from."""
     url = args.url or f"http://127.0.0.1:{settings.serve.port}"
-    headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
-    path = f"/v1/users/{quote(args.user, safe='')}/chat"
-    with httpx.Client(base_url=url, headers=headers, timeout=600) as client:
+    with Client(url, args.api_key) as client:
         print(
             f"chatting as {args.user} on {url} (session {args.session}); empty line or Ctrl-D ends",
             flush=True,
@@ -74,12 +69,12 @@ def cmd_chat(settings: Settings, args: argparse.Namespace) -> None:
             message = line.strip()
             if not message:
                 break
-            out = call_server(client, "POST", path, {"message": message, "session_id": args.session})
-            for hit in out["memories"]:
-                print(f"  [memory {hit['score']:.2f}] {hit['text']}")
-            for entry in out["profile"]:
-                print(f"  [profile] {entry['text']}")
-            print(f"assistant> {out['reply']}", flush=True)
+            out = client.chat(args.user, message, session_id=args.session)
+            for hit in out.memories:
+                print(f"  [memory {hit.score:.2f}] {hit.text}")
+            for entry in out.profile:
+                print(f"  [profile] {entry.text}")
+            print(f"assistant> {out.reply}", flush=True)
     print(json.dumps({"session": args.session, "user": args.user}, ensure_ascii=False))
 
 

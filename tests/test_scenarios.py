@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from longmem.http_target import HttpTarget
 from memory_core.clock import ManualClock
 from memory_core.embedding import Embedder
-from memory_core.evaluation.http import HttpTarget
 from memory_core.evaluation.local import LocalTarget
 from memory_core.evaluation.scenarios import load_scenarios, run_scenarios, user_id_for
 from memory_core.llm.factory import make_engine
