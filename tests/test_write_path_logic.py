@@ -265,3 +265,29 @@ def test_a_reply_that_agrees_keeps_what_it_agrees_with(svc: MemoryService, engin
     )
     assert [f.text for f in outcome.facts] == ["User's top pick is contemporary dance"]
     assert outcome.echoes == 0
+
+
+def test_a_bare_relation_with_nothing_said_about_them_is_no_memory(
+    svc: MemoryService, engine: ScriptedEngine
+) -> None:
+    """The small model turned "Hey Tomas! ..." into "User's friend Tomas", even for the speaker's own
+    name; such a fact says nothing and crowded real ones out of recall."""
+    engine.script(
+        "extract",
+        facts_json(
+            ("User's friend Tomas", "identity", "fact", False, "friend Tomas"),
+            ("User's colleague Ines.", "identity", "fact", False),
+            ("User's friend Tomas runs a bakery in Braga", "identity", "fact", False, "friend Tomas"),
+            ("User restores old motorbikes", "preference", "fact", False),
+        ),
+    )
+    turn = Turn(role=Role.USER, content="Hey Tomas! I spent the weekend on my old motorbikes.", turn_id="s:0")
+    (outcome,) = svc.ingest("u", "s", [turn])
+    assert sorted(f.text for f in outcome.facts) == [
+        "User restores old motorbikes",
+        "User's friend Tomas runs a bakery in Braga",
+    ]
+    engine.script("extract", facts_json(("用户的朋友小梅", "identity", "fact", False, "朋友小梅")))
+    chinese = Turn(role=Role.USER, content="小梅你好！最近在忙什么呢？我周末在修摩托车。", turn_id="s:1")
+    (outcome,) = svc.ingest("u", "s", [chinese])
+    assert outcome.facts == []

@@ -14,7 +14,12 @@ from memory_core.write.prefilter import SkipReason, prefilter
 from memory_core.write.prompts import extract_messages, forget_intent_messages, judge_messages
 from memory_core.write.quoted import own_words
 from memory_core.write.schemas import ExtractedFact, Extraction
-from memory_core.write.speakers import addressed_names, names_listener_as_user, other_person
+from memory_core.write.speakers import (
+    addressed_names,
+    names_listener_as_user,
+    only_names_someone,
+    other_person,
+)
 
 # A cheap trigger: only a message with one of these words can ask to erase a memory, and only
 # such a message costs the LLM call that decides whether it really does ("don't forget…", a
@@ -143,7 +148,7 @@ class TurnAnalyzer:
         addressed = addressed_names(message)
         unique: dict[str, ExtractedFact] = {}
         for fact in result.facts:
-            if not names_listener_as_user(fact.text, addressed):
+            if not names_listener_as_user(fact.text, addressed) and not only_names_someone(fact.text):
                 fact.about = other_person(fact.text.strip(), fact.about)
                 unique.setdefault(fact.text.strip(), fact)
         return list(unique.values())

@@ -60,6 +60,25 @@ def other_person(text: str, about: str) -> str:
     return ""
 
 
+# Characters that make "用户的朋友小梅…" say something about her (是, 在, 有, 很忙 ...); a short rest
+# without any of them is a name.
+_ZH_PREDICATE = set("是在有很会要想爱喜住做去来病忙叫说开买卖给当了过刚")
+
+
+def only_names_someone(text: str) -> bool:
+    """Whether a fact names someone in the user's life and says nothing about them ("User's
+    friend Tomas", "用户的朋友小梅"): a greeting made the small model write these, even with the
+    speaker's own name, and they crowded real memories out of recall."""
+    text = text.strip()
+    match = _RELATION.match(text)
+    if match is None:
+        return False
+    rest = text[match.end() :].strip(" .。!！")
+    if match.group(1):
+        return not rest
+    return len(rest) <= 3 and not _ZH_PREDICATE & set(rest)
+
+
 def sentences(text: str) -> list[str]:
     """The sentences of ``text``, each with its closing punctuation."""
     return [s.strip() for s in _SENTENCE.findall(text) if s.strip()]
