@@ -7,6 +7,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import requests
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
@@ -43,6 +44,11 @@ def fuzz(
                 except (AssertionError, schemathesis.errors.FailureGroup) as exc:
                     statuses["failed"] += 1
                     failures.setdefault(f"{case.operation.label}: {str(exc)[:800]}", case.as_curl_command())
+                except requests.RequestException as exc:  # over HTTP: no answer (a timeout, say)
+                    statuses["no answer"] += 1
+                    failures.setdefault(
+                        f"{case.operation.label}: {type(exc).__name__} {exc}", case.as_curl_command()
+                    )
                 except Exception as exc:  # the in-process app raised: a 500 over HTTP
                     statuses["5xx"] += 1
                     failures.setdefault(
@@ -70,25 +76,27 @@ class Run:
         return f"{label}: {self.operations} operations, {cases} cases, {dict(self.statuses)}"
 
 
-def with_key(schema: schemathesis.BaseSchema, headers: dict[str, str], examples: int) -> Run:
-    """Positive and negative cases with a valid key: each answer must fit its documented schema."""
+def with_key(schema: schemathesis.BaseSchema, headers: dict[str, str], examples: int, **call: float) -> Run:
+    """Positive and negative cases with a valid key: each answer must fit its documented schema.
+    ``call`` goes to each request (``timeout=`` over HTTP: the LLM's calls take longer than the
+    default 10 s on a CPU)."""
     modes = [schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGATIVE]
     return Run(
         *fuzz(
             schema,
             modes,
-            lambda case: case.call_and_validate(headers=headers, excluded_checks=LENIENT).status_code,
+            lambda case: case.call_and_validate(headers=headers, excluded_checks=LENIENT, **call).status_code,
             examples,
         )
     )
 
 
-def without_key(schema: schemathesis.BaseSchema, examples: int) -> Run:
+def without_key(schema: schemathesis.BaseSchema, examples: int, **call: float) -> Run:
     """Positive cases with no key: every operation but the public probes must answer 401."""
     reached: set[str] = set()
 
     def call(case: schemathesis.Case) -> int:
-        status = case.call().status_code
+        status = case.call(**call).status_code
         if case.operation.label not in PUBLIC:
             assert status == 401, f"{case.operation.label} answered {status} without a key"
         reached.add(case.operation.label)
