@@ -76,27 +76,27 @@ class Run:
         return f"{label}: {self.operations} operations, {cases} cases, {dict(self.statuses)}"
 
 
-def with_key(schema: schemathesis.BaseSchema, headers: dict[str, str], examples: int, **call: float) -> Run:
+def with_key(schema: schemathesis.BaseSchema, headers: dict[str, str], examples: int, **send: float) -> Run:
     """Positive and negative cases with a valid key: each answer must fit its documented schema.
-    ``call`` goes to each request (``timeout=`` over HTTP: the LLM's calls take longer than the
+    ``send`` goes to each request (``timeout=`` over HTTP: the LLM's calls take longer than the
     default 10 s on a CPU)."""
     modes = [schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGATIVE]
     return Run(
         *fuzz(
             schema,
             modes,
-            lambda case: case.call_and_validate(headers=headers, excluded_checks=LENIENT, **call).status_code,
+            lambda case: case.call_and_validate(headers=headers, excluded_checks=LENIENT, **send).status_code,
             examples,
         )
     )
 
 
-def without_key(schema: schemathesis.BaseSchema, examples: int, **call: float) -> Run:
+def without_key(schema: schemathesis.BaseSchema, examples: int, **send: float) -> Run:
     """Positive cases with no key: every operation but the public probes must answer 401."""
     reached: set[str] = set()
 
     def call(case: schemathesis.Case) -> int:
-        status = case.call(**call).status_code
+        status = case.call(**send).status_code
         if case.operation.label not in PUBLIC:
             assert status == 401, f"{case.operation.label} answered {status} without a key"
         reached.add(case.operation.label)
