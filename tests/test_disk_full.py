@@ -60,6 +60,10 @@ def _remember(client: TestClient, user: str, text: str) -> int:
     ).status_code
 
 
+def _prefer(client: TestClient, user: str, text: str) -> int:
+    return client.post(f"/v1/users/{user}/profile", json={"text": text}, headers=AUTH).status_code
+
+
 def _facts(client: TestClient, user: str) -> list[str]:
     answer = client.get(f"/v1/users/{user}/memories", headers=AUTH)
     assert answer.status_code == 200, answer.text
@@ -89,10 +93,7 @@ def test_a_full_disk_refuses_writes_with_503_keeps_reads_and_loses_nothing_ackno
                 text = f"{user} keeps record number {i} of the garden log"
                 assert _remember(client, user, text) == 201
                 acked[user].append(text)
-        assert (
-            client.post("/v1/users/ana/profile", json={"text": "Short answers"}, headers=AUTH).status_code
-            == 201
-        )
+        assert _prefer(client, "ana", "Short answers") == 201
         acked_profiles["ana"] = ["Short answers"]
 
         ballast = _fill(tiny_disk)
@@ -131,10 +132,7 @@ def test_a_full_disk_refuses_writes_with_503_keeps_reads_and_loses_nothing_ackno
             text = f"{user} wrote this after space was freed"
             assert _remember(client, user, text) == 201
             acked[user].append(text)
-        assert (
-            client.post("/v1/users/ben/profile", json={"text": "Use metric units"}, headers=AUTH).status_code
-            == 201
-        )
+        assert _prefer(client, "ben", "Use metric units") == 201
         acked_profiles["ben"] = ["Use metric units"]
     service.close()
 
