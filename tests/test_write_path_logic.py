@@ -287,7 +287,14 @@ def test_a_bare_relation_with_nothing_said_about_them_is_no_memory(
         "User restores old motorbikes",
         "User's friend Tomas runs a bakery in Braga",
     ]
-    engine.script("extract", facts_json(("用户的朋友小梅", "identity", "fact", False, "朋友小梅")))
-    chinese = Turn(role=Role.USER, content="小梅你好！最近在忙什么呢？我周末在修摩托车。", turn_id="s:1")
+    engine.script(
+        "extract",
+        facts_json(
+            ("用户的朋友小梅", "identity", "fact", False, "朋友小梅"),
+            ("用户的儿子读研", "identity", "fact", False, "儿子"),
+            ("用户的女儿上小学", "identity", "fact", False),
+        ),
+    )
+    chinese = Turn(role=Role.USER, content="小梅你好！我儿子读研了，女儿也上小学了。", turn_id="s:1")
     (outcome,) = svc.ingest("u", "s", [chinese])
-    assert outcome.facts == []
+    assert sorted(f.text for f in outcome.facts) == ["用户的儿子读研", "用户的女儿上小学"]

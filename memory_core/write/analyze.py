@@ -148,7 +148,8 @@ class TurnAnalyzer:
         addressed = addressed_names(message)
         unique: dict[str, ExtractedFact] = {}
         for fact in result.facts:
-            if not names_listener_as_user(fact.text, addressed) and not only_names_someone(fact.text):
+            says_nothing = only_names_someone(fact.text, fact.about)
+            if not names_listener_as_user(fact.text, addressed) and not says_nothing:
                 fact.about = other_person(fact.text.strip(), fact.about)
                 unique.setdefault(fact.text.strip(), fact)
         return list(unique.values())

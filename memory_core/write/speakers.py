@@ -60,15 +60,11 @@ def other_person(text: str, about: str) -> str:
     return ""
 
 
-# Characters that make "用户的朋友小梅…" say something about her (是, 在, 有, 很忙 ...); a short rest
-# without any of them is a name.
-_ZH_PREDICATE = set("是在有很会要想爱喜住做去来病忙叫说开买卖给当了过刚")
-
-
-def only_names_someone(text: str) -> bool:
+def only_names_someone(text: str, about: str) -> bool:
     """Whether a fact names someone in the user's life and says nothing about them ("User's
-    friend Tomas", "用户的朋友小梅"): a greeting made the small model write these, even with the
-    speaker's own name, and they crowded real memories out of recall."""
+    friend Tomas"; "用户的朋友小梅" about "朋友小梅"): a greeting made the small model write these,
+    even with the speaker's own name, and they crowded real memories out of recall. In Chinese
+    the rest must be the name ``about`` ends with: "用户的儿子读研" says something."""
     text = text.strip()
     match = _RELATION.match(text)
     if match is None:
@@ -76,7 +72,7 @@ def only_names_someone(text: str) -> bool:
     rest = text[match.end() :].strip(" .。!！")
     if match.group(1):
         return not rest
-    return len(rest) <= 3 and not _ZH_PREDICATE & set(rest)
+    return not rest or about.strip().endswith(rest)
 
 
 def sentences(text: str) -> list[str]:
