@@ -105,7 +105,7 @@ def error_of(response: httpx.Response) -> LongmemError:
     text = detail if isinstance(detail, str) else str(detail)
     cls = getattr(errors, name, None)
     if isinstance(cls, type) and issubclass(cls, LongmemError) and cls is not RemoteError:
-        error = errors._rebuild(cls, text, {})
+        error = errors.rebuild(cls, text, {})
     else:
         error = RemoteError(response.status_code, text)
     error.status = response.status_code  # type: ignore[attr-defined]

@@ -29,7 +29,10 @@ from __future__ import annotations
 from datetime import datetime
 
 
-def _rebuild(cls: type[LongmemError], message: str, state: dict[str, object]) -> LongmemError:
+def rebuild(cls: type[LongmemError], message: str, state: dict[str, object]) -> LongmemError:
+    """An error of class ``cls`` with ``message`` and fields ``state``, without calling its
+    ``__init__`` (whose arguments differ per class): for unpickling, and for the SDK, which gets
+    only a class name and a message from the server."""
     error = cls.__new__(cls)
     Exception.__init__(error, message)
     error.__dict__.update(state)
@@ -42,7 +45,7 @@ class LongmemError(Exception):
     def __reduce__(self) -> tuple[object, ...]:
         # Subclasses take their fields, not the message, in __init__: rebuild from the message and
         # the fields so an error raised inside a Ray actor reaches the caller as itself.
-        return (_rebuild, (type(self), str(self), dict(self.__dict__)))
+        return (rebuild, (type(self), str(self), dict(self.__dict__)))
 
 
 class ValidationError(LongmemError):
