@@ -15,13 +15,14 @@ import anyio.to_thread
 
 from deployments.api.dto import FactOut, ForgetOut, HitOut, ProfileOut, RecallOut
 from longmem.client import AsyncClient
-from memory_core.errors import LLMUnavailableError, NotFoundError
+from memory_core.errors import LLMUnavailableError
 from memory_core.llm.base import LLMEngine
 from memory_core.llm.factory import make_engine
 from memory_core.models import Tag
 from memory_core.service import MemoryService, Remember, open_local_service
 from memory_core.settings import Settings
 from memory_core.tenancy import LOCAL_TENANT, scoped_user_id
+from memory_core.validation import parse_memory_id
 
 T = TypeVar("T")
 
@@ -60,13 +61,6 @@ class MemoryBackend(Protocol):
     async def aclose(self) -> None:
         """Release what the backend holds (stores and LLM, or the connection pool)."""
         ...
-
-
-def _memory_id(raw: str, user: str) -> int:
-    # Ids are 63-bit decimal strings; anything else names no memory of this user.
-    if not (raw.isascii() and raw.isdigit()) or len(raw) > 19:
-        raise NotFoundError(user, [raw])
-    return int(raw)
 
 
 class LocalBackend:
@@ -133,7 +127,7 @@ class LocalBackend:
     async def delete_memory(self, user: str, memory_id: str) -> list[str]:
         def call() -> list[int]:
             stored = self._user(user)
-            return self._svc.forget_ids(stored, [_memory_id(memory_id, stored)])
+            return self._svc.forget_ids(stored, [parse_memory_id(memory_id, stored)])
 
         return [str(i) for i in await self._run(call)]
 

@@ -6,7 +6,7 @@ import re
 
 import numpy as np
 
-from memory_core.errors import InvalidTextError, InvalidUserIdError, InvalidVectorError
+from memory_core.errors import InvalidTextError, InvalidUserIdError, InvalidVectorError, NotFoundError
 
 # Letters and digits of any script plus a few separators; no whitespace, slashes or controls,
 # so ids are safe in logs, URLs and tenant namespacing ("tenant:user").
@@ -28,6 +28,18 @@ def check_user_id(user_id: object, max_chars: int) -> str:
     if not _USER_ID.fullmatch(user_id):
         raise InvalidUserIdError(user_id, "only letters, digits and . @ : + - _ are allowed")
     return user_id
+
+
+def parse_memory_id(raw: str, user_id: str) -> int:
+    """A memory id given as text (ids are 63-bit decimal strings).
+
+    Raises:
+        NotFoundError: anything else names no memory of ``user_id``.
+    """
+    # ASCII digits only: str.isdigit() also takes "²" or "①", which int() then refuses (a 500).
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 19:
+        raise NotFoundError(user_id, [raw])
+    return int(raw)
 
 
 def check_text(text: object, max_chars: int) -> str:

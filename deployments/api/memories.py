@@ -36,13 +36,7 @@ from deployments.api.runtime import Runtime
 from memory_core.errors import NotFoundError, ValidationError
 from memory_core.models import Turn
 from memory_core.service import Remember
-
-
-def _memory_id(raw: str, user: str) -> int:
-    # ASCII digits only: str.isdigit() also takes "²" or "①", which int() then refuses (a 500).
-    if not (raw.isascii() and raw.isdigit()) or len(raw) > 19:
-        raise NotFoundError(user, [raw])
-    return int(raw)
+from memory_core.validation import parse_memory_id
 
 
 def _job_out(rt: Runtime, principal: Principal, job_id: str) -> JobOut:
@@ -148,13 +142,13 @@ def memory_router(rt: Runtime) -> APIRouter:
     def get_memory(user_id: str, memory_id: str, principal: Principal = caller) -> FactOut:
         """One memory (404 for any id that is not this user's)."""
         user = rt.user(principal, user_id)
-        return FactOut.of(svc.get_fact(user, _memory_id(memory_id, user)))
+        return FactOut.of(svc.get_fact(user, parse_memory_id(memory_id, user)))
 
     @router.delete("/users/{user_id}/memories/{memory_id}", response_model=DeletedOut)
     def delete_memory(user_id: str, memory_id: str, principal: Principal = caller) -> DeletedOut:
         """Delete one memory, durably."""
         user = rt.user(principal, user_id)
-        return DeletedOut(deleted=[str(i) for i in svc.forget_ids(user, [_memory_id(memory_id, user)])])
+        return DeletedOut(deleted=[str(i) for i in svc.forget_ids(user, [parse_memory_id(memory_id, user)])])
 
     @router.post("/users/{user_id}/forget", response_model=ForgetOut)
     def forget(user_id: str, body: ForgetIn, principal: Principal = caller) -> ForgetOut:
