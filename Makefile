@@ -17,6 +17,9 @@ LLAMA_CPP := llama-cpp-python==0.3.36
 LLAMA_WHEELS ?= $(HOME)/.cache/longmem/wheels/llama-cpp-python-0.3.36-avx2
 LLAMA_CMAKE := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
 
+# The web inspector's tests drive a real browser: Debian's Chromium (root on these machines).
+CHROMIUM := /usr/bin/chromium
+
 .PHONY: run test lint bench
 
 $(STAMP): pyproject.toml
@@ -36,7 +39,11 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(BIN)/longmem serve --local-only
 
-test: $(STAMP) $(MEM0_STAMP)
+$(CHROMIUM):
+	apt-get install -y --no-install-recommends chromium || \
+		(apt-get update && apt-get install -y --no-install-recommends chromium)
+
+test: $(STAMP) $(MEM0_STAMP) $(CHROMIUM)
 	$(BIN)/python -m pytest -q
 	$(BIN)/ruff check memory_core deployments jobs longmem tests benchmarks peers
 	$(BIN)/mypy memory_core

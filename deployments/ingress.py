@@ -26,6 +26,7 @@ from memory_core.llm.structured import StructuredLLM
 from memory_core.service import MemoryService
 from memory_core.settings import Settings
 from memory_core.store.facts import ShardedFactStore
+from memory_core.telemetry import configure_tracing
 
 log = logging.getLogger("longmem.ingress")
 
@@ -43,6 +44,7 @@ class Ingress:
         # deployment handles are awaited. The store actors are checked with blocking calls: the
         # replica takes no requests before its constructor returns anyway.
         self._settings = settings
+        configure_tracing(settings.telemetry)
         local = make_embedder(settings.embedder) if settings.serve.query_embedding == "ingress" else None
         remote_embedder = RemoteEmbedder(embedder, await embedder.info.remote(), local)
         self._embedder = remote_embedder

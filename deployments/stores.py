@@ -160,6 +160,9 @@ class ShardClient(_Client):
     def list_user(self, user_id: str, include_superseded: bool = False) -> list[Fact]:
         return self._call("list_user", user_id, include_superseded)  # type: ignore[no-any-return]
 
+    def users(self, tenant: str, after: str, limit: int) -> list[tuple[str, int]]:
+        return self._call("users", tenant, after, limit)  # type: ignore[no-any-return]
+
     def vectors_of(self, user_id: str, fact_ids: Sequence[int]) -> np.ndarray:
         return self._call("vectors_of", user_id, list(fact_ids))  # type: ignore[no-any-return]
 
@@ -206,6 +209,9 @@ class ProfileClient(_Client):
 
     def delete(self, user_id: str, key: str) -> None:
         self._call("delete", user_id, key)
+
+    def users(self, tenant: str, after: str, limit: int) -> list[tuple[str, int]]:
+        return self._call("users", tenant, after, limit)  # type: ignore[no-any-return]
 
     def erase_user(self, user_id: str) -> int:
         return self._call("erase_user", user_id)  # type: ignore[no-any-return]

@@ -54,6 +54,7 @@ from deployments.api.dto import (
     RememberItem,
     SweepIn,
     TurnIn,
+    UsersOut,
 )
 from memory_core import errors
 from memory_core.errors import LongmemError, RemoteError, ValidationError
@@ -298,6 +299,12 @@ class _Api:
         return Request("POST", "/v1/chat/completions", lambda r: dict(r.json()), body)
 
     # --------------------------------------------------------------- memories
+    @_Endpoint
+    def users(self, after: str = "", limit: int = 100) -> Request[UsersOut]:
+        """A page of the tenant's users (ids after ``after``); ``next_after`` leads to the next."""
+        params: dict[str, Any] = {"limit": limit, **({"after": after} if after else {})}
+        return Request("GET", "/v1/users", _model(UsersOut), params=params)
+
     @_Endpoint
     def memories(self, user_id: str, include_superseded: bool = False) -> Request[list[FactOut]]:
         """Every memory of the user, oldest first (earlier versions too, if asked)."""

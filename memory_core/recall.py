@@ -7,6 +7,7 @@ from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime
 
+from memory_core import telemetry
 from memory_core.embedding import Embedder
 from memory_core.models import Fact, RecallHit
 from memory_core.settings import RecallSettings
@@ -81,10 +82,19 @@ class Recaller:
             threshold = self._settings.threshold
         if threshold is None:
             threshold = self._embedder.default_threshold
-        vector = self._embedder.embed_query(question)
-        want = max(k * _CANDIDATES_PER_HIT, _MIN_CANDIDATES)
-        candidates = self._store.search(user_id, vector, want, now)
-        hits = self.rank(question, candidates)
+        with telemetry.span("longmem.recall", k=k) as traced:
+            with telemetry.span("embed"):
+                vector = self._embedder.embed_query(question)
+            want = max(k * _CANDIDATES_PER_HIT, _MIN_CANDIDATES)
+            with telemetry.span("search", candidates_wanted=want) as searched:
+                candidates = self._store.search(user_id, vector, want, now)
+                searched.set_attribute("longmem.candidates", len(candidates))
+            with telemetry.span("rank"):
+                kept = self._cut(question, self.rank(question, candidates), threshold)[:k]
+            traced.set_attribute("longmem.hits", len(kept))
+        return kept
+
+    def _cut(self, question: str, hits: list[RecallHit], threshold: float) -> list[RecallHit]:
         # A question and a fact in different languages score lower for the same meaning (the
         # embedder's measured gap): the same bar for both would drop every cross-language fact.
         cjk = has_cjk(question)
@@ -95,7 +105,7 @@ class Recaller:
         # 0.78 for "What language do I usually program in?".
         if not kept and hits and hits[0].score >= bars[0] - self._settings.best_hit_slack:
             kept = hits[:1]
-        return kept[:k]
+        return kept
 
     def rank(self, question: str, candidates: Sequence[tuple[Fact, float]]) -> list[RecallHit]:
         """Fuse cosine and lexical scores of candidate facts; best first.

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from memory_core import telemetry
 from memory_core.clock import Clock, SystemClock
 from memory_core.embedding import Embedder, make_embedder
 from memory_core.errors import ConfigError, ValidationError
@@ -18,6 +19,8 @@ from memory_core.settings import Settings
 from memory_core.store.facts import FactStore, LocalFactStore, ShardedFactStore
 from memory_core.store.profile import DuckDBProfileStore, ProfileStore
 from memory_core.sweep import SweepLog, SweepRecord, SweepRunner
+from memory_core.telemetry import configure_tracing
+from memory_core.tenancy import check_tenant
 from memory_core.text import Tokenizer
 from memory_core.validation import check_text, check_user_id
 from memory_core.working import WorkingMemory
@@ -34,6 +37,15 @@ class EraseReceipt:
     facts: int
     profile_entries: int
     working_turns: int
+
+
+@dataclass(frozen=True)
+class UserSummary:
+    """One user of a tenant as listed: what each layer stores of them."""
+
+    user_id: str  # the stored id, ``tenant:user``
+    facts: int  # superseded ones included
+    profile_entries: int
 
 
 @dataclass(frozen=True)
@@ -186,10 +198,12 @@ class MemoryService:
             raise ConfigError("this service has no LLM: open it with an engine to chat")
         self._check_turns(user_id, [Turn(role=Role.USER, content=message)])
         now = self.clock.now()
-        hits = self.recall(user_id, message, k)
-        profile = self.profile(user_id)
-        window = list(history) if history is not None else self.working.window(user_id, session_id)
-        completion = llm.reply(build_messages(message, hits, profile, window, instructions), max_tokens)
+        with telemetry.span("longmem.chat"):
+            hits = self.recall(user_id, message, k)
+            profile = self.profile(user_id)
+            window = list(history) if history is not None else self.working.window(user_id, session_id)
+            messages = build_messages(message, hits, profile, window, instructions)
+            completion = llm.reply(messages, max_tokens)
         asked = Turn(role=Role.USER, content=message, at=now)
         answered = Turn(role=Role.ASSISTANT, content=completion.text.strip(), at=now)
         if history is None:
@@ -214,7 +228,8 @@ class MemoryService:
         write = self._write_path()
         self._user(user_id)
         check_text(utterance, self.settings.limits.max_text_chars)
-        return write.forgetter.forget(user_id, utterance, as_utc(at) if at else self.clock.now())
+        with telemetry.span("longmem.forget"):
+            return write.forgetter.forget(user_id, utterance, as_utc(at) if at else self.clock.now())
 
     def _user(self, user_id: str) -> str:
         return check_user_id(user_id, self.settings.limits.max_user_id_chars)
@@ -327,6 +342,27 @@ class MemoryService:
         """All of the user's facts, oldest first."""
         return self.facts.list_user(self._user(user_id), include_superseded)
 
+    def users(self, tenant: str, after: str = "", limit: int = 100) -> list[UserSummary]:
+        """``tenant``'s users with facts or profile entries, by stored id.
+
+        Args:
+            tenant: whose users.
+            after: a stored id; only users after it are listed (the last id of the page before).
+            limit: most users.
+
+        Raises:
+            ValidationError: an invalid tenant, or a limit below 1.
+        """
+        check_tenant(tenant)
+        if limit < 1:
+            raise ValidationError(f"limit must be at least 1, got {limit}")
+        facts = dict(self.facts.users(tenant, after, limit))
+        entries = dict(self.profiles.users(tenant, after, limit))
+        return [
+            UserSummary(user_id=user, facts=facts.get(user, 0), profile_entries=entries.get(user, 0))
+            for user in sorted(facts.keys() | entries.keys())[:limit]
+        ]
+
     def get_fact(self, user_id: str, fact_id: int) -> Fact:
         """One of the user's facts; raises NotFoundError for anyone else's."""
         return self.facts.get(self._user(user_id), fact_id)
@@ -395,6 +431,7 @@ def open_local_service(
         ConfigError: the data dir belongs to other settings.
         StorageError: a store cannot be opened.
     """
+    configure_tracing(settings.telemetry)
     embedder = embedder or make_embedder(settings.embedder)
     facts = LocalFactStore(settings.storage, settings.limits, embedder.dim, embedder.name)
     profiles = DuckDBProfileStore(settings.storage.data_dir / "profile.duckdb", settings.limits)

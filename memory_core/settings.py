@@ -356,6 +356,20 @@ class ServeSettings(BaseModel):
         "deployment) before probing again; GET /livez touches nothing.",
     )
 
+    ui_session_hours: float = Field(
+        default=8.0,
+        gt=0,
+        le=24 * 30,
+        description="How long a sign-in to the web inspector (/ui) lasts. Its cookie is signed with a secret "
+        "derived from the API key, so any ingress replica with that key accepts it, and removing the key "
+        "ends it (local-only: the secret is the process's own, so a restart signs everyone out).",
+    )
+    ui_secure_cookie: bool | None = Field(
+        default=None,
+        description="Send the inspector's session cookie over HTTPS only. None: when the sign-in came over "
+        "HTTPS (set true behind a proxy that ends TLS).",
+    )
+
     @model_validator(mode="after")
     def _auth_is_never_silently_off(self) -> ServeSettings:
         # Keys with local_only would let keyless callers in as the local admin beside the keys;
@@ -377,6 +391,25 @@ class ServeSettings(BaseModel):
         return "127.0.0.1" if self.local_only else self.host
 
 
+class TelemetrySettings(BaseModel):
+    """OpenTelemetry traces of recall and of the write path (``memory_core.telemetry``)."""
+
+    enabled: bool = Field(
+        default=False, description="Export traces; off, spans are no-ops and nothing is sent anywhere."
+    )
+    otlp_endpoint: str = Field(
+        default="http://127.0.0.1:4318/v1/traces",
+        description="Where spans go: an OpenTelemetry collector's OTLP/HTTP traces URL.",
+    )
+    service_name: str = Field(default="longmem", min_length=1, description="service.name of the spans.")
+    sample_ratio: float = Field(
+        default=1.0, ge=0, le=1, description="Share of traces kept (a child follows its parent's choice)."
+    )
+    export_timeout_s: float = Field(
+        default=10.0, gt=0, description="Longest wait for the collector per batch."
+    )
+
+
 class Settings(BaseSettings):
     """All of longmem's settings."""
 
@@ -394,6 +427,9 @@ class Settings(BaseSettings):
     )
     sweep: SweepSettings = Field(default_factory=SweepSettings, description="Expiry sweep and its schedule.")
     serve: ServeSettings = Field(default_factory=ServeSettings, description="HTTP service on Ray Serve.")
+    telemetry: TelemetrySettings = Field(
+        default_factory=TelemetrySettings, description="Traces for operators (off by default)."
+    )
 
 
 def _read_file(path: Path) -> dict[str, Any]:

@@ -40,7 +40,17 @@ def scoped_user_id(tenant: str, user_id: str, max_chars: int) -> str:
         check_user_id(user_id, room)
     except InvalidUserIdError as exc:
         raise InvalidUserIdError(user_id, exc.reason) from None
+    return scoped(tenant, user_id)
+
+
+def scoped(tenant: str, user_id: str) -> str:
+    """``tenant:user`` without checks: a bound to compare stored ids with, never an id to store."""
     return f"{tenant}{SEPARATOR}{user_id}"
+
+
+def unscoped(stored_user_id: str) -> str:
+    """The user id of a stored id, as its tenant named it."""
+    return stored_user_id.partition(SEPARATOR)[2] or stored_user_id
 
 
 def tenant_of(stored_user_id: str) -> str:

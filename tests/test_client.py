@@ -27,6 +27,8 @@ def test_every_call_round_trips_on_the_real_app(serve_app: ServeApp) -> None:
         assert [m.text for m in stored][0] == "Ana keeps bees on her allotment"
         assert stored[1].expire_at is not None
         assert {m.id for m in memory.memories("sdk-ana")} == {m.id for m in stored}
+        listed = {u.user_id: u for u in memory.users(after="sdk-am", limit=1000).users}
+        assert listed["sdk-ana"].facts == 2 and all(u > "sdk-am" for u in listed)
         assert memory.memory("sdk-ana", stored[0].id).text == stored[0].text
 
         recalled = memory.recall("sdk-ana", "what animals do I look after?", k=3)
@@ -54,8 +56,10 @@ def test_every_call_round_trips_on_the_real_app(serve_app: ServeApp) -> None:
         assert receipt.memories == 1 and receipt.profile_entries == 1
         assert memory.memories("sdk-ana") == []
 
-    with Client(serve_app.url, OTHER_KEY) as other, pytest.raises(NotFoundError):
-        other.memory("sdk-ana", stored[0].id)  # another tenant's id is unknown to it
+    with Client(serve_app.url, OTHER_KEY) as other:
+        with pytest.raises(NotFoundError):
+            other.memory("sdk-ana", stored[0].id)  # another tenant's id is unknown to it
+        assert "sdk-ana" not in {u.user_id for u in other.users(limit=1000).users}
 
 
 def test_errors_come_back_as_the_servers_exception_classes(serve_app: ServeApp) -> None:

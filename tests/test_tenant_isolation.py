@@ -238,6 +238,24 @@ class TenantIsolation(RuleBasedStateMachine):
         listed = {m["id"]: m["text"] for m in answer.json()["memories"]}
         assert listed == {i: text for i, (text, _) in self._facts(owner).items()}
 
+    @rule(tenant=st.sampled_from(TENANTS), limit=st.sampled_from((1, 2, 1000)))
+    def list_users(self, tenant: str, limit: int) -> None:
+        listed: list[str] = []
+        after = ""
+        while True:  # every page, each after the last id of the one before
+            answer = self._call(tenant, "GET", "/v1/users", None, params={"limit": limit, "after": after})
+            assert answer.status_code == 200, answer.text
+            page = answer.json()
+            listed += [u["user_id"] for u in page["users"]]
+            if page["next_after"] is None:
+                break
+            after = page["next_after"]
+        assert listed == sorted(set(listed)), listed
+        holding = {user for (t, user), facts in self.model.facts.items() if t == tenant and facts}
+        holding |= {user for (t, user), entries in self.model.profile.items() if t == tenant and entries}
+        # Facts swept, forgotten or superseded may still be stored: never fewer, never another's.
+        assert holding <= set(listed) <= set(USERS), (tenant, listed, holding)
+
     @rule(
         tenant=st.sampled_from(TENANTS),
         user=st.sampled_from(USERS),

@@ -13,6 +13,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.staticfiles import StaticFiles
 
 from deployments.api.auth import AuthError, Principal
 from deployments.api.dto import ErrorOut
@@ -86,6 +87,12 @@ def create_api(rt: Runtime) -> FastAPI:
     from deployments.api.admin import admin_router
     from deployments.api.memories import memory_router
     from deployments.api.openai_compat import openai_router
+    from deployments.ui.router import STATIC_DIR, error_page, is_ui, ui_router
+    from deployments.ui.session import Sessions
+
+    def answer(request: Request, status: int, name: str, detail: object) -> Response:
+        # The inspector's pages get their errors as pages (or the sign-in page), the API as JSON.
+        return error_page(status, detail) if is_ui(request) else _error(status, name, detail)
 
     api = FastAPI(
         title="longmem",
@@ -108,28 +115,28 @@ def create_api(rt: Runtime) -> FastAPI:
         detail = (
             "no such memory or profile entry for this user" if isinstance(exc, NotFoundError) else str(exc)
         )
-        return _error(status, type(exc).__name__, detail)
+        return answer(request, status, type(exc).__name__, detail)
 
     @api.exception_handler(AuthError)
-    async def auth_error(_: Request, exc: AuthError) -> JSONResponse:
-        response = _error(exc.status, "AuthError", str(exc))
-        if exc.status == 401:
+    async def auth_error(request: Request, exc: AuthError) -> Response:
+        response = answer(request, exc.status, "AuthError", str(exc))
+        if exc.status == 401 and not is_ui(request):
             response.headers["WWW-Authenticate"] = "Bearer"
         return response
 
     @api.exception_handler(StarletteHTTPException)
-    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
         # Starlette's own answers (unknown route, wrong method, a body that is not JSON) in the
         # one error shape.
-        response = _error(exc.status_code, "HTTPError", exc.detail)
+        response = answer(request, exc.status_code, "HTTPError", exc.detail)
         for name, value in (exc.headers or {}).items():
             response.headers[name] = value
         return response
 
     @api.exception_handler(RequestValidationError)
-    async def bad_request(_: Request, exc: RequestValidationError) -> JSONResponse:
+    async def bad_request(request: Request, exc: RequestValidationError) -> Response:
         errors = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", "")} for e in exc.errors()]
-        return _error(422, "ValidationError", errors)
+        return answer(request, 422, "ValidationError", errors)
 
     deep = CachedProbe(rt.health, rt.settings.serve.health_cache_s)
 
@@ -156,6 +163,8 @@ def create_api(rt: Runtime) -> FastAPI:
     api.include_router(memory_router(rt))
     api.include_router(openai_router(rt))
     api.include_router(admin_router(rt))
+    api.include_router(ui_router(rt, Sessions(rt.auth, rt.settings.serve.ui_session_hours * 3600)))
+    api.mount("/ui/static", StaticFiles(directory=STATIC_DIR), name="ui-static")
     api.add_middleware(_Wrap, wrap=rt.metrics.middleware)
     api.add_middleware(_Wrap, wrap=lambda app: limit_body(app, rt.settings.serve.max_request_bytes))
     return api

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import secrets
 from dataclasses import dataclass
 
 from memory_core.errors import ConfigError
@@ -34,6 +35,11 @@ def _digest(key: str) -> bytes:
     return hashlib.sha256(key.encode("utf-8")).digest()
 
 
+def _signer_name(digest: bytes) -> str:
+    # A name for the key in a session cookie that tells nothing about the key itself.
+    return hashlib.sha256(b"longmem-ui-signer\0" + digest).hexdigest()[:32]
+
+
 class Authenticator:
     """Checks ``Authorization: Bearer KEY`` (or ``X-API-Key``) against the configured keys."""
 
@@ -56,6 +62,12 @@ class Authenticator:
                 '"tenant": ...}]\') or start with --local-only to serve on 127.0.0.1 without keys'
             )
         self._keys: dict[bytes, Principal] = {}
+        # Web inspector sessions are signed with a secret derived from the key that opened
+        # them, so every replica configured with that key checks them and removing the key ends
+        # them. Local-only has no key: its secret lives and dies with this process.
+        self._signers: dict[str, tuple[Principal, bytes]] = {}
+        if self._local_only:
+            self._signers[LOCAL_TENANT] = (Principal(LOCAL_TENANT, admin=True), secrets.token_bytes(32))
         for entry in settings.api_keys:
             digest = _digest(entry.key.get_secret_value())
             if digest in self._keys:
@@ -64,6 +76,26 @@ class Authenticator:
                     f"{entry.tenant!r})"
                 )
             self._keys[digest] = Principal(entry.tenant, entry.admin or entry.operator, entry.operator)
+            secret = hmac.new(digest, b"longmem-ui-session", hashlib.sha256).digest()
+            self._signers[_signer_name(digest)] = (self._keys[digest], secret)
+
+    def signer(self, api_key: str | None) -> tuple[str, bytes]:
+        """For a key (none when local-only): a public name of it and the secret its sessions are
+        signed with.
+
+        Raises:
+            AuthError: no key, or a key that is not configured.
+        """
+        self.authenticate(None, api_key)
+        if self._local_only:
+            return LOCAL_TENANT, self._signers[LOCAL_TENANT][1]
+        assert api_key is not None  # authenticate() refused a missing key
+        name = _signer_name(_digest(api_key))
+        return name, self._signers[name][1]
+
+    def signed_by(self, name: str) -> tuple[Principal, bytes] | None:
+        """The caller and the secret behind a signer's name, or None for a name no key has."""
+        return self._signers.get(name)
 
     def authenticate(self, authorization: str | None, api_key: str | None) -> Principal:
         """The caller behind the request's headers.

@@ -87,6 +87,21 @@ class HitOut(FactOut):
         return cls(**FactOut.of(hit.fact).model_dump(), score=round(hit.score, 4))
 
 
+class UserOut(BaseModel):
+    """One user of the caller's tenant."""
+
+    user_id: str = Field(description="The user's id, as the caller named it.")
+    facts: int = Field(description="Memories stored, earlier versions included.")
+    profile_entries: int = Field(description="Entries of the preference profile.")
+
+
+class UsersOut(BaseModel):
+    """A page of the tenant's users, by id."""
+
+    users: list[UserOut]
+    next_after: str | None = Field(description="Pass as ``after`` for the next page; null on the last page.")
+
+
 class ProfileOut(BaseModel):
     """A lasting preference."""
 

@@ -78,6 +78,12 @@ class JobQueue:
             job = self._jobs.get(job_id)
         return job if job is not None and job.tenant == tenant else None
 
+    def of_user(self, tenant: str, user_id: str, limit: int) -> list[Job]:
+        """The newest ``limit`` job records of one of ``tenant``'s users, newest first."""
+        with self._lock:
+            theirs = [j for j in self._jobs.values() if j.tenant == tenant and j.user_id == user_id]
+        return theirs[::-1][:limit]
+
     def forget_user(self, user_id: str) -> int:
         """Before erasing a user: drop their queued writes, wait for a running one, and delete
         every job record of theirs (results hold memory text). Returns how many jobs went."""

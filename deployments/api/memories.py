@@ -31,11 +31,14 @@ from deployments.api.dto import (
     RecallOut,
     RememberIn,
     TurnResult,
+    UserOut,
+    UsersOut,
 )
 from deployments.api.runtime import Runtime
 from memory_core.errors import NotFoundError, ValidationError
 from memory_core.models import Turn
 from memory_core.service import Remember
+from memory_core.tenancy import scoped, unscoped
 from memory_core.validation import parse_memory_id
 
 
@@ -57,6 +60,22 @@ def memory_router(rt: Runtime) -> APIRouter:
     caller = principal_dependency(rt)
     svc = rt.service
     limits = rt.settings.serve
+
+    @router.get("/users", response_model=UsersOut)
+    def users(
+        after: str = Query("", max_length=200, description="List users after this id."),
+        limit: int = Query(100, ge=1, le=1000),
+        principal: Principal = caller,
+    ) -> UsersOut:
+        """The tenant's users that have memories or profile entries, by id."""
+        page = svc.users(principal.tenant, scoped(principal.tenant, after) if after else "", limit)
+        return UsersOut(
+            users=[
+                UserOut(user_id=unscoped(u.user_id), facts=u.facts, profile_entries=u.profile_entries)
+                for u in page
+            ],
+            next_after=unscoped(page[-1].user_id) if len(page) == limit else None,
+        )
 
     @router.post("/users/{user_id}/turns", response_model=IngestOut, responses={202: {"model": JobOut}})
     def ingest(user_id: str, body: IngestIn, principal: Principal = caller) -> object:

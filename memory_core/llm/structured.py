@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 import pydantic
 
+from memory_core import telemetry
 from memory_core.errors import LLMOutputError
 from memory_core.llm.base import ChatMessage, Completion, LLMEngine
 
@@ -45,6 +46,7 @@ class StructuredLLM:
         self._lock = threading.Lock()
 
     def _count(self, completion: Completion, seconds: float) -> None:
+        telemetry.count_llm_call(completion.prompt_tokens, completion.completion_tokens)
         with self._lock:
             self.stats.calls += 1
             self.stats.prompt_tokens += completion.prompt_tokens
@@ -71,8 +73,9 @@ class StructuredLLM:
         problem = ""
         for _ in range(self._retries + 1):
             start = time.perf_counter()
-            completion = self.engine.complete_json(messages, schema, max_tokens)
-            self._count(completion, time.perf_counter() - start)
+            with telemetry.span("llm.json", schema=model.__name__, model=self.engine.name):
+                completion = self.engine.complete_json(messages, schema, max_tokens)
+                self._count(completion, time.perf_counter() - start)
             try:
                 return model.model_validate_json(completion.text, context=context)
             except pydantic.ValidationError as exc:
@@ -95,8 +98,9 @@ class StructuredLLM:
         answer = ""
         for _ in range(self._retries + 1):
             start = time.perf_counter()
-            completion = self.engine.complete_choice(messages, choices)
-            self._count(completion, time.perf_counter() - start)
+            with telemetry.span("llm.choice", choices=len(choices), model=self.engine.name):
+                completion = self.engine.complete_choice(messages, choices)
+                self._count(completion, time.perf_counter() - start)
             answer = completion.text.strip().strip('"')
             if answer in choices:
                 return answer
@@ -111,6 +115,7 @@ class StructuredLLM:
             LLMUnavailableError: the engine failed.
         """
         start = time.perf_counter()
-        completion = self.engine.complete_text(messages, max_tokens)
-        self._count(completion, time.perf_counter() - start)
+        with telemetry.span("llm.text", model=self.engine.name):
+            completion = self.engine.complete_text(messages, max_tokens)
+            self._count(completion, time.perf_counter() - start)
         return completion

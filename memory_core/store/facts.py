@@ -56,6 +56,11 @@ class UserFacts(Protocol):
         """How many facts (of ``tenant``'s users, or of everyone) have expire_at before ``now``."""
         ...
 
+    def users(self, tenant: str, after: str, limit: int) -> list[tuple[str, int]]:
+        """``tenant``'s users with facts, by stored id after ``after``, at most ``limit``, each
+        with how many facts it stores (superseded ones included)."""
+        ...
+
     def erase_user(self, user_id: str) -> int:
         """Remove every trace of the user's facts; returns how many were deleted."""
         ...
@@ -206,6 +211,11 @@ class ShardedFactStore:
         """How many facts (of ``tenant``'s users, or of everyone) in all shards have expire_at
         before ``now``."""
         return sum(shard.count_due(now, tenant) for shard in self.shards)
+
+    def users(self, tenant: str, after: str, limit: int) -> list[tuple[str, int]]:
+        """``tenant``'s users over every shard, by stored id (see :meth:`UserFacts.users`)."""
+        merged = [user for shard in self.shards for user in shard.users(tenant, after, limit)]
+        return sorted(merged)[:limit]
 
     def erase_user(self, user_id: str) -> int:
         """Remove the user's facts and compact their shard so no old file holds them."""

@@ -17,7 +17,7 @@ import faiss
 import numpy as np
 
 from memory_core.models import Fact, as_utc
-from memory_core.tenancy import tenant_of
+from memory_core.tenancy import SEPARATOR, tenant_of
 
 ExpiryEntry = tuple[datetime, int]
 
@@ -244,6 +244,12 @@ class Partitions:
             blocks.append(block)
             facts.extend(part.facts[int(i)] for i in ids)
         return facts, np.vstack(blocks)
+
+    def users(self, tenant: str, after: str, limit: int) -> list[tuple[str, int]]:
+        """``tenant``'s users after ``after`` by id, at most ``limit``, with their stored facts."""
+        prefix = f"{tenant}{SEPARATOR}"
+        found = [(user, len(part.facts)) for user, part in self._parts.items() if user.startswith(prefix)]
+        return heapq.nsmallest(limit, (entry for entry in found if entry[0] > after))
 
     def counts(self) -> tuple[int, int]:
         """(users, facts) stored."""

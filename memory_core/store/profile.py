@@ -23,6 +23,7 @@ from memory_core.errors import NotFoundError, ProfileFullError, StorageError
 from memory_core.models import ProfileEntry, as_utc
 from memory_core.settings import LimitSettings
 from memory_core.store.fsutil import fsync_dir
+from memory_core.tenancy import SEPARATOR
 from memory_core.validation import check_text, check_user_id
 
 _SCHEMA = """
@@ -82,6 +83,11 @@ class ProfileStore(Protocol):
 
     def erase_user(self, user_id: str) -> int:
         """Delete all of the user's entries and every byte of them on disk."""
+        ...
+
+    def users(self, tenant: str, after: str, limit: int) -> list[tuple[str, int]]:
+        """``tenant``'s users with entries, by stored id after ``after``, at most ``limit``, each
+        with how many entries it has."""
         ...
 
     def close(self) -> None:
@@ -227,6 +233,17 @@ class DuckDBProfileStore:
             )
         if not rows:
             raise NotFoundError(user_id, [key])
+
+    def users(self, tenant: str, after: str, limit: int) -> list[tuple[str, int]]:
+        """``tenant``'s users with entries (see :meth:`ProfileStore.users`)."""
+        with self._lock:
+            # starts_with, not LIKE: '_' may be in a tenant name and is a LIKE wildcard.
+            rows = self._run(
+                "SELECT user_id, count(*) FROM profile WHERE starts_with(user_id, ?) AND user_id > ? "
+                "GROUP BY user_id ORDER BY user_id LIMIT ?",
+                [f"{tenant}{SEPARATOR}", after, limit],
+            )
+        return [(user, int(count)) for user, count in rows]
 
     def erase_user(self, user_id: str) -> int:
         """Delete the user's entries, and every byte of them (or of entries they deleted before)

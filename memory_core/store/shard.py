@@ -251,6 +251,11 @@ class FactShard:
             facts = [f for f in facts if f.superseded_by is None]
         return sorted(facts, key=lambda f: (f.created_at, f.id))
 
+    def users(self, tenant: str, after: str, limit: int) -> list[tuple[str, int]]:
+        """``tenant``'s users in this shard (see :meth:`~memory_core.store.facts.UserFacts.users`)."""
+        with self._lock:
+            return self._mem.users(tenant, after, limit)
+
     def vectors_of(self, user_id: str, fact_ids: Sequence[int]) -> np.ndarray:
         """The stored vectors of some of ``user_id``'s facts, in the given order.
 

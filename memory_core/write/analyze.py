@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import ValidationInfo, model_validator
 
+from memory_core import telemetry
 from memory_core.llm.structured import StructuredLLM
 from memory_core.text import has_cjk
 from memory_core.write.prefilter import SkipReason, prefilter
@@ -126,10 +127,13 @@ class TurnAnalyzer:
         Raises:
             LLMError: the judge failed (the caller treats the turn as not written).
         """
-        reason = prefilter(message)
+        with telemetry.span("prefilter") as filtered:
+            reason = prefilter(message)
+            filtered.set_attribute("longmem.skipped", reason.value if reason else "")
         if reason is not None:
             return Verdict(False, reason)
-        answer = self._llm.choose(judge_messages(message), ["yes", "no"])
+        with telemetry.span("judge"):
+            answer = self._llm.choose(judge_messages(message), ["yes", "no"])
         return Verdict(answer == "yes", None)
 
     def extract(self, message: str, context: str) -> list[ExtractedFact]:

@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 
 import numpy as np
 
+from memory_core import telemetry
 from memory_core.embedding import Embedder
 from memory_core.errors import LLMError, ProfileFullError
 from memory_core.llm.structured import StructuredLLM
@@ -99,7 +100,16 @@ class WritePath:
                 continue
             before = self._llm.stats.snapshot()
             start = time.perf_counter()
-            outcome = self._process_turn(user_id, turn, context, turn.at or at)
+            with telemetry.span("longmem.write.turn") as traced:
+                outcome = self._process_turn(user_id, turn, context, turn.at or at)
+                traced.set_attributes(
+                    {
+                        "longmem.skipped": outcome.skipped or "",
+                        "longmem.facts_written": len(outcome.facts),
+                        "longmem.profile_entries_written": outcome.profile_entries,
+                        "longmem.superseded": len(outcome.superseded),
+                    }
+                )
             used = self._llm.stats.minus(before)
             outcome.llm_calls = used.calls
             outcome.llm_tokens = used.prompt_tokens + used.completion_tokens
@@ -113,23 +123,30 @@ class WritePath:
         try:
             # Forgetting runs first: a turn can drop an old fact and tell its replacement
             # ("forget my old address, I live on Quay Street now"), and the new fact must stay.
-            if self._analyzer.asks_to_forget(turn.content):
-                outcome.forgotten = self.forgetter.forget(user_id, turn.content, at)
+            with telemetry.span("forget_intent"):
+                asks_to_forget = self._analyzer.asks_to_forget(turn.content)
+            if asks_to_forget:
+                with telemetry.span("forget"):
+                    outcome.forgotten = self.forgetter.forget(user_id, turn.content, at)
             # The judge sees the message alone: with the assistant's previous words in front of
             # it, the small default model judged plain personal facts "not worth remembering".
             verdict = self._analyzer.judge(turn.content)
             if not verdict.worth:
                 outcome.skipped = verdict.skipped.value if verdict.skipped else "judge"
                 return outcome
-            extracted = self._analyzer.extract(turn.content, context)
-            plan = self._plan(user_id, extracted, at, turn.content, context)
+            with telemetry.span("extract") as extracting:
+                extracted = self._analyzer.extract(turn.content, context)
+                extracting.set_attribute("longmem.extracted", len(extracted))
+            with telemetry.span("resolve"):
+                plan = self._plan(user_id, extracted, at, turn.content, context)
         except LLMError as exc:
             # The class only: no user id, turn id or message (which may quote the turn) in logs;
             # the caller gets the whole error in the outcome.
             log.warning("a turn was not written: %s", type(exc).__name__)
             outcome.skipped, outcome.error = "error", str(exc)
             return outcome
-        self._apply(user_id, turn, plan, at, outcome)
+        with telemetry.span("store"):
+            self._apply(user_id, turn, plan, at, outcome)
         return outcome
 
     def _plan(
