@@ -24,6 +24,7 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> None:
     running = start(settings)
     print(f"longmem is serving on {running.url}  (ready in {running.seconds_to_ready:.1f} s)")
     print(f"  API docs:  {running.url}/docs")
+    print(f"  inspector: {running.url}/ui")
     auth = "" if settings.serve.local_only else ' -H "Authorization: Bearer $LONGMEM_KEY"'
     print("  try:")
     print(
