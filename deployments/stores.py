@@ -30,10 +30,21 @@ from memory_core.store.shard import FactShard
 # Calls the clients may repeat after an actor restart: reads change nothing, and an erase
 # repeated is the same erase (it completes one that died half-way).
 _REPEATABLE = frozenset(
-    {"search", "get", "list_user", "vectors_of", "count_due", "stats", "health", "validate", "erase_user"}
+    {
+        "search",
+        "get",
+        "list_user",
+        "users",
+        "vectors_of",
+        "count_due",
+        "stats",
+        "health",
+        "validate",
+        "erase_user",
+    }
 )
 _SHARD_CALLS = _REPEATABLE | {"add", "delete", "supersede", "expire", "snapshot", "close"}
-_PROFILE_CALLS = frozenset({"get", "upsert", "delete", "erase_user", "close", "health"})
+_PROFILE_CALLS = frozenset({"get", "upsert", "delete", "erase_user", "users", "close", "health"})
 _RETRY_PAUSE_S = 0.25
 
 
