@@ -13,7 +13,7 @@ from ray.serve.handle import DeploymentHandle
 from deployments.api.app import create_api
 from deployments.api.auth import Authenticator
 from deployments.api.jobs import JobQueue
-from deployments.api.metrics import Metrics
+from deployments.api.metrics import Metrics, write_stats
 from deployments.api.runtime import Runtime
 from deployments.binding import check_binding
 from deployments.embedder import RemoteEmbedder
@@ -27,6 +27,8 @@ from memory_core.service import MemoryService
 from memory_core.settings import Settings
 from memory_core.store.facts import ShardedFactStore
 from memory_core.telemetry import configure_tracing
+from memory_core.write.lanes import WriteLanes
+from memory_core.write.writes import UserWrites
 
 log = logging.getLogger("longmem.ingress")
 
@@ -61,9 +63,11 @@ class Ingress:
         )
         sweeper = open_sweeper(settings, remote_embedder.dim, remote_embedder.name)
         await sweeper.start_schedule.remote()
+        self._lanes = WriteLanes(settings.write)
         self._runtime = Runtime(
             settings=settings,
             service=service,
+            writes=UserWrites(service, self._lanes),
             auth=Authenticator(settings.serve),
             jobs=JobQueue(),
             metrics=Metrics(self._stats),
@@ -79,7 +83,7 @@ class Ingress:
         return {
             "facts": {f"shard{i}": s["facts"] for i, s in enumerate(shards)},
             "users": {f"shard{i}": s["users"] for i, s in enumerate(shards)},
-            "write_jobs_pending": {"ingress": self._runtime.jobs.pending()},
+            **write_stats(self._lanes, self._runtime.service.llm),
         }
 
     def _health(self) -> dict[str, Any]:
@@ -98,8 +102,8 @@ class Ingress:
 
     def drain(self) -> int:
         """Finish every queued memory write (called before the app stops); returns how many were left."""
-        left = self._runtime.jobs.pending()
-        self._runtime.jobs.close()
+        left = self._lanes.pending() + self._lanes.running()
+        self._lanes.close(wait=True)
         return left
 
 

@@ -10,6 +10,7 @@ The tree::
     │   └── FutureCutoffError    a sweep cut-off after the server's clock
     ├── NotFoundError            a memory id the user does not own (or that does not exist)
     ├── ProfileFullError         a new profile entry would pass the per-user cap; nothing changed
+    ├── WriteQueueFullError      too many writes wait already; this one was not queued (retry later)
     ├── ConfigError              settings that cannot work (e.g. shard count changed on a data dir)
     ├── LLMError                 the judge/extractor LLM failed; the turn is not written
     │   ├── LLMUnavailableError  the engine cannot be loaded or reached
@@ -108,6 +109,15 @@ class ProfileFullError(LongmemError):
             f"the profile already holds {cap} entries, the most allowed (limits.max_profile_entries): "
             "delete an entry, or replace one under its key, to make room"
         )
+
+
+class WriteQueueFullError(LongmemError):
+    """More writes wait than ``write.max_pending``: this one was refused, not queued."""
+
+    def __init__(self, pending: int, retry_after_s: float) -> None:
+        self.pending = pending
+        self.retry_after_s = retry_after_s
+        super().__init__(f"{pending} writes are waiting already: retry in {retry_after_s:g} s")
 
 
 class ConfigError(LongmemError):

@@ -141,11 +141,17 @@ class MemoryService:
             ValidationError: a bad user id or an empty/oversized turn; nothing added.
             ConfigError: the service has no LLM (the write could never run).
         """
-        self._check_turns(user_id, turns)
+        self.check_turns(user_id, turns)
         for turn in turns:
             self.working.append(user_id, session_id, turn)
 
-    def _check_turns(self, user_id: str, turns: Sequence[Turn]) -> None:
+    def check_turns(self, user_id: str, turns: Sequence[Turn]) -> None:
+        """Refuse a bad user id or turn, or any turn when the service has no LLM.
+
+        Raises:
+            ValidationError: a bad user id or an empty/oversized turn.
+            ConfigError: the service has no LLM.
+        """
         self._write_path()
         self._user(user_id)
         for turn in turns:
@@ -159,7 +165,7 @@ class MemoryService:
         Raises:
             as for :meth:`ingest`.
         """
-        self._check_turns(user_id, turns)
+        self.check_turns(user_id, turns)
         return self._write_path().process(user_id, turns, as_utc(at) if at else self.clock.now())
 
     def chat(
@@ -196,7 +202,7 @@ class MemoryService:
         llm = self.llm
         if llm is None:
             raise ConfigError("this service has no LLM: open it with an engine to chat")
-        self._check_turns(user_id, [Turn(role=Role.USER, content=message)])
+        self.check_turns(user_id, [Turn(role=Role.USER, content=message)])
         now = self.clock.now()
         with telemetry.span("longmem.chat"):
             hits = self.recall(user_id, message, k)

@@ -391,6 +391,26 @@ class ServeSettings(BaseModel):
         return "127.0.0.1" if self.local_only else self.host
 
 
+class WriteSettings(BaseModel):
+    """The write side: each user's writes in order, different users' in parallel."""
+
+    concurrency: int = Field(
+        default=4,
+        ge=1,
+        le=1024,
+        description="Users written at once (each user's writes stay one at a time, in arrival order). "
+        "Above the LLM's own parallelism (one call at a time for llama.cpp) it only queues there.",
+    )
+    max_pending: int = Field(
+        default=10_000,
+        ge=1,
+        description="Async writes queued at most; past it, a new one is answered 429 with Retry-After.",
+    )
+    retry_after_s: float = Field(
+        default=5.0, gt=0, description="The Retry-After of an async write refused because the queue is full."
+    )
+
+
 class TelemetrySettings(BaseModel):
     """OpenTelemetry traces of recall and of the write path (``memory_core.telemetry``)."""
 
@@ -427,6 +447,9 @@ class Settings(BaseSettings):
     )
     sweep: SweepSettings = Field(default_factory=SweepSettings, description="Expiry sweep and its schedule.")
     serve: ServeSettings = Field(default_factory=ServeSettings, description="HTTP service on Ray Serve.")
+    write: WriteSettings = Field(
+        default_factory=WriteSettings, description="The write queue and its workers."
+    )
     telemetry: TelemetrySettings = Field(
         default_factory=TelemetrySettings, description="Traces for operators (off by default)."
     )

@@ -16,6 +16,8 @@ from deployments.api.metrics import Metrics
 from deployments.api.runtime import Runtime
 from memory_core.service import MemoryService
 from memory_core.sweep import SweepRecord
+from memory_core.write.lanes import WriteLanes
+from memory_core.write.writes import UserWrites
 
 
 class LocalSweeps:
@@ -37,6 +39,7 @@ def local_api(service: MemoryService, health: Callable[[], dict[str, Any]] | Non
     runtime = Runtime(
         settings=service.settings,
         service=service,
+        writes=UserWrites(service, WriteLanes(service.settings.write)),
         auth=Authenticator(service.settings.serve),
         jobs=JobQueue(),
         metrics=Metrics(lambda: {}),

@@ -6,6 +6,7 @@ The same behaviours are also tested against the real packaged model (test_write_
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -31,6 +32,7 @@ class ScriptedEngine:
             "forget_match": "no",
         }
         self.calls: list[str] = []
+        self.latency_s = 0.0  # a fixed time per call, as a real engine would take
 
     def script(self, kind: str, *answers: Answer) -> None:
         self.queues.setdefault(kind, []).extend(answers)
@@ -50,6 +52,7 @@ class ScriptedEngine:
     def _answer(self, messages: Sequence[ChatMessage]) -> Completion:
         kind = self._kind(messages)
         self.calls.append(kind)
+        time.sleep(self.latency_s)
         queue = self.queues.get(kind)
         answer = queue.pop(0) if queue else self.defaults[kind]
         text = answer(messages[-1].content) if callable(answer) else answer

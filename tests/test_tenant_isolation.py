@@ -47,6 +47,8 @@ from memory_core.models import Fact, NewFact
 from memory_core.service import MemoryService, open_local_service
 from memory_core.settings import ApiKey, LimitSettings, ServeSettings, Settings, StorageSettings
 from memory_core.store.facts import LocalFactStore
+from memory_core.write.lanes import WriteLanes
+from memory_core.write.writes import UserWrites
 from tests.asgi_app import LocalSweeps, local_api
 from tests.conftest import START
 from tests.scripted_engine import ScriptedEngine
@@ -137,9 +139,11 @@ class TenantIsolation(RuleBasedStateMachine):
         )
         self.service: MemoryService = open_local_service(config, self.clock, embedder, _engine())
         self.jobs = JobQueue()
+        self.lanes = WriteLanes(config.write)
         runtime = Runtime(
             settings=config,
             service=self.service,
+            writes=UserWrites(self.service, self.lanes),
             auth=Authenticator(config.serve),
             jobs=self.jobs,
             metrics=Metrics(lambda: {}),
@@ -151,7 +155,7 @@ class TenantIsolation(RuleBasedStateMachine):
         self.serial = 0
 
     def teardown(self) -> None:
-        self.jobs.close()
+        self.lanes.close()
         self.client.close()
         self.service.close()
         self._dir.cleanup()

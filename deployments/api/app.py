@@ -6,6 +6,7 @@ Status codes live here only (STYLE.md): the core raises ``LongmemError`` subclas
 from __future__ import annotations
 
 import logging
+import math
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Request, Security
@@ -31,6 +32,7 @@ from memory_core.errors import (
     StorageError,
     SweepBusyError,
     ValidationError,
+    WriteQueueFullError,
 )
 
 log = logging.getLogger("longmem.api")
@@ -41,6 +43,7 @@ _STATUS: list[tuple[type[LongmemError], int]] = [
     (NotFoundError, 404),
     (SweepBusyError, 409),
     (ProfileFullError, 409),
+    (WriteQueueFullError, 429),
     (LLMOutputError, 502),
     (LLMUnavailableError, 503),
     (StorageError, 503),
@@ -59,6 +62,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         (404, "No such memory, profile entry or job for this caller."),
         (409, "A sweep is already running."),
         (413, "The body is over serve.max_request_bytes."),
+        (429, "Too many writes are queued (write.max_pending): retry after Retry-After seconds."),
         (422, "The request is invalid; nothing was stored."),
         (502, "The LLM's output stayed invalid."),
         (503, "The LLM or the disk is unavailable; nothing was stored."),
@@ -115,7 +119,10 @@ def create_api(rt: Runtime) -> FastAPI:
         detail = (
             "no such memory or profile entry for this user" if isinstance(exc, NotFoundError) else str(exc)
         )
-        return answer(request, status, type(exc).__name__, detail)
+        response = answer(request, status, type(exc).__name__, detail)
+        if isinstance(exc, WriteQueueFullError):
+            response.headers["Retry-After"] = str(math.ceil(exc.retry_after_s))
+        return response
 
     @api.exception_handler(AuthError)
     async def auth_error(request: Request, exc: AuthError) -> Response:

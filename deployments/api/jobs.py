@@ -1,4 +1,5 @@
-"""Memory writes that run after the answer: async ingest and the write after a chat reply."""
+"""Records of the writes that run after the answer (async ingest, the write after a chat reply),
+for polling; the writes themselves run in the users' write lanes (``memory_core.write.lanes``)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,8 @@ import secrets
 import threading
 import traceback
 from collections import OrderedDict
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from concurrent.futures import Future
+from dataclasses import dataclass
 
 from memory_core.errors import LongmemError
 from memory_core.write.pipeline import TurnOutcome
@@ -19,58 +19,60 @@ log = logging.getLogger("longmem.jobs")
 
 @dataclass
 class Job:
-    """One queued write."""
+    """One queued write, as its caller polls it."""
 
     job_id: str
     tenant: str
     user_id: str
-    status: str = "queued"
-    outcomes: list[TurnOutcome] = field(default_factory=list)
-    error: str | None = None
+    future: Future[list[TurnOutcome]]
+
+    @property
+    def status(self) -> str:
+        """queued, running, done, failed or cancelled (by an erase)."""
+        if self.future.cancelled():
+            return "cancelled"
+        if self.future.running():
+            return "running"
+        if not self.future.done():
+            return "queued"
+        return "failed" if self.future.exception() is not None else "done"
+
+    @property
+    def outcomes(self) -> list[TurnOutcome]:
+        """What the write did with each user turn (empty until done)."""
+        done = self.future.done() and not self.future.cancelled() and self.future.exception() is None
+        return self.future.result() if done else []
+
+    @property
+    def error(self) -> str | None:
+        """Why the write failed, for the caller (the job record is only its tenant's to read)."""
+        if not self.future.done() or self.future.cancelled():
+            return None
+        exc = self.future.exception()
+        if exc is None:
+            return None
+        if isinstance(exc, LongmemError):
+            return f"{type(exc).__name__}: {exc}"
+        return f"internal error: {type(exc).__name__}"
 
 
 class JobQueue:
-    """Runs writes one at a time, in order (the LLM serialises them anyway, and order keeps
-    "update" resolution right); remembers the last ``keep`` jobs for polling.
-
-    Jobs live in this replica's memory: a restart loses queued writes that were never
-    acknowledged as done (their turns were only acknowledged as received).
-    """
+    """Remembers the last ``keep`` write jobs for polling."""
 
     def __init__(self, keep: int = 10_000) -> None:
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="longmem-write")
         self._jobs: OrderedDict[str, Job] = OrderedDict()
         self._keep = keep
         self._lock = threading.Lock()
 
-    def submit(self, tenant: str, user_id: str, work: Callable[[], list[TurnOutcome]]) -> Job:
-        """Queue ``work`` writing memories of ``user_id``; returns the job to poll."""
-        job = Job(job_id=secrets.token_hex(12), tenant=tenant, user_id=user_id)
+    def track(self, tenant: str, user_id: str, future: Future[list[TurnOutcome]]) -> Job:
+        """Record a queued write of ``user_id``; returns the job to poll."""
+        job = Job(job_id=secrets.token_hex(12), tenant=tenant, user_id=user_id, future=future)
         with self._lock:
             self._jobs[job.job_id] = job
             while len(self._jobs) > self._keep:
                 self._jobs.popitem(last=False)
-        self._pool.submit(self._run, job, work)
+        future.add_done_callback(lambda _: _log_failure(job))
         return job
-
-    def _run(self, job: Job, work: Callable[[], list[TurnOutcome]]) -> None:
-        with self._lock:
-            if job.status == "cancelled":
-                return
-            job.status = "running"
-        try:
-            job.outcomes = work()
-            job.status = "done"
-        # Logs get the error's class and where it was raised, never its message: messages may
-        # name the user (NotFoundError) or quote them; the job record, which only the caller's
-        # tenant can read, keeps the whole message.
-        except LongmemError as exc:
-            job.status, job.error = "failed", f"{type(exc).__name__}: {exc}"
-            log.warning("write job %s failed: %s", job.job_id, type(exc).__name__)
-        except Exception as exc:  # a bug or a dead actor: the job must still end, as failed
-            job.status, job.error = "failed", f"internal error: {type(exc).__name__}"
-            frames = "".join(traceback.format_tb(exc.__traceback__))
-            log.error("write job %s failed: %s\n%s", job.job_id, type(exc).__name__, frames)
 
     def get(self, tenant: str, job_id: str) -> Job | None:
         """A job of ``tenant`` (another tenant's job id is unknown to it)."""
@@ -85,25 +87,24 @@ class JobQueue:
         return theirs[::-1][:limit]
 
     def forget_user(self, user_id: str) -> int:
-        """Before erasing a user: drop their queued writes, wait for a running one, and delete
-        every job record of theirs (results hold memory text). Returns how many jobs went."""
-        with self._lock:
-            for job in self._jobs.values():
-                if job.user_id == user_id and job.status == "queued":
-                    job.status = "cancelled"
-        # The single writer runs jobs in order: an empty job queued now runs after the current one.
-        self._pool.submit(lambda: None).result()
+        """After erasing a user: delete every job record of theirs (results hold memory text).
+        Returns how many went."""
         with self._lock:
             theirs = [job_id for job_id, job in self._jobs.items() if job.user_id == user_id]
             for job_id in theirs:
                 del self._jobs[job_id]
         return len(theirs)
 
-    def pending(self) -> int:
-        """Jobs not finished yet."""
-        with self._lock:
-            return sum(job.status in ("queued", "running") for job in self._jobs.values())
 
-    def close(self) -> None:
-        """Finish the queued writes, then stop."""
-        self._pool.shutdown(wait=True)
+def _log_failure(job: Job) -> None:
+    # The error's class and where it was raised, never its message: messages may name the user
+    # (NotFoundError) or quote them; the job record, which only the caller's tenant can read,
+    # keeps the whole message.
+    if job.future.cancelled() or job.future.exception() is None:
+        return
+    exc = job.future.exception()
+    if isinstance(exc, LongmemError):
+        log.warning("write job %s failed: %s", job.job_id, type(exc).__name__)
+    else:
+        frames = "".join(traceback.format_tb(exc.__traceback__ if exc else None))
+        log.error("write job %s failed: %s\n%s", job.job_id, type(exc).__name__, frames)

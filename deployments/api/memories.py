@@ -59,6 +59,7 @@ def memory_router(rt: Runtime) -> APIRouter:
     router = APIRouter(prefix="/v1", tags=["memory"], responses=ERROR_RESPONSES)
     caller = principal_dependency(rt)
     svc = rt.service
+    writes = rt.writes
     limits = rt.settings.serve
 
     @router.get("/users", response_model=UsersOut)
@@ -90,13 +91,12 @@ def memory_router(rt: Runtime) -> APIRouter:
         ]
         if body.wait:
             return IngestOut(
-                results=[TurnResult.of(o) for o in svc.ingest(user, body.session_id, turns, body.at)]
+                results=[TurnResult.of(o) for o in writes.ingest(user, body.session_id, turns, body.at)]
             )
-        # Checked and in the working window now, so a bad request fails here and not in the job;
-        # the turns keep the time they were received, not the time the queue reaches them.
-        svc.accept_turns(user, body.session_id, turns)
-        when = body.at or svc.clock.now()
-        job = rt.jobs.submit(principal.tenant, user, lambda: svc.write_turns(user, turns, when))
+        # Checked and in the working window now, so a bad request fails here and not in the job.
+        job = rt.jobs.track(
+            principal.tenant, user, writes.submit_turns(user, body.session_id, turns, body.at)
+        )
         return JSONResponse(JobOut(job_id=job.job_id, status="queued").model_dump(), status_code=202)
 
     @router.get("/jobs/{job_id}", response_model=JobOut)
@@ -125,7 +125,7 @@ def memory_router(rt: Runtime) -> APIRouter:
         """One full agent turn; the memory write from the message runs after the reply."""
         user = rt.user(principal, user_id)
         answer = svc.chat(user, body.session_id, body.message, body.k, max_tokens=limits.reply_max_tokens)
-        job = rt.jobs.submit(principal.tenant, user, lambda: svc.write_turns(user, answer.turns))
+        job = rt.jobs.track(principal.tenant, user, writes.write_after_reply(user, answer.turns))
         return ChatOut(
             reply=answer.reply,
             memories=[HitOut.of_hit(h) for h in answer.hits],
@@ -147,7 +147,7 @@ def memory_router(rt: Runtime) -> APIRouter:
             )
             for m in body.memories
         ]
-        return MemoriesOut(memories=[FactOut.of(f) for f in svc.remember(user, items, at=body.at)])
+        return MemoriesOut(memories=[FactOut.of(f) for f in writes.remember(user, items, at=body.at)])
 
     @router.get("/users/{user_id}/memories", response_model=MemoriesOut)
     def list_memories(
@@ -167,12 +167,13 @@ def memory_router(rt: Runtime) -> APIRouter:
     def delete_memory(user_id: str, memory_id: str, principal: Principal = caller) -> DeletedOut:
         """Delete one memory, durably."""
         user = rt.user(principal, user_id)
-        return DeletedOut(deleted=[str(i) for i in svc.forget_ids(user, [parse_memory_id(memory_id, user)])])
+        deleted = writes.forget_ids(user, [parse_memory_id(memory_id, user)])
+        return DeletedOut(deleted=[str(i) for i in deleted])
 
     @router.post("/users/{user_id}/forget", response_model=ForgetOut)
     def forget(user_id: str, body: ForgetIn, principal: Principal = caller) -> ForgetOut:
         """Forget what the user names in their own words ("forget my home address")."""
-        return ForgetOut.of(svc.forget(rt.user(principal, user_id), body.utterance, body.at))
+        return ForgetOut.of(writes.forget(rt.user(principal, user_id), body.utterance, body.at))
 
     @router.get("/users/{user_id}/profile", response_model=ProfileListOut)
     def get_profile(user_id: str, principal: Principal = caller) -> ProfileListOut:
@@ -182,26 +183,26 @@ def memory_router(rt: Runtime) -> APIRouter:
     @router.post("/users/{user_id}/profile", response_model=ProfileOut, status_code=201)
     def add_preference(user_id: str, body: ProfileIn, principal: Principal = caller) -> ProfileOut:
         """Add a preference (its key is derived from the text: saying it twice is one entry)."""
-        return ProfileOut.of(svc.set_preference(rt.user(principal, user_id), body.text, source="api"))
+        return ProfileOut.of(writes.set_preference(rt.user(principal, user_id), body.text, source="api"))
 
     @router.put("/users/{user_id}/profile/{key}", response_model=ProfileOut)
     def set_preference(user_id: str, key: str, body: ProfileIn, principal: Principal = caller) -> ProfileOut:
         """Add or replace the preference under ``key``."""
         return ProfileOut.of(
-            svc.set_preference(rt.user(principal, user_id), body.text, source="api", key=key)
+            writes.set_preference(rt.user(principal, user_id), body.text, source="api", key=key)
         )
 
     @router.delete("/users/{user_id}/profile/{key}", response_model=DeletedOut)
     def delete_preference(user_id: str, key: str, principal: Principal = caller) -> DeletedOut:
         """Delete one preference."""
-        svc.delete_preference(rt.user(principal, user_id), key)
+        writes.delete_preference(rt.user(principal, user_id), key)
         return DeletedOut(deleted=[key])
 
     @router.delete("/users/{user_id}", response_model=EraseOut)
     def erase(user_id: str, principal: Principal = caller) -> EraseOut:
         """Erase every trace of the user: memories and their files, profile, working windows."""
         user = rt.user(principal, user_id)
-        jobs = rt.jobs.forget_user(user)
-        return EraseOut.of(user_id, svc.erase(user), jobs)
+        receipt, _ = writes.erase(user)
+        return EraseOut.of(user_id, receipt, rt.jobs.forget_user(user))
 
     return router

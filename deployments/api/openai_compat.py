@@ -85,7 +85,7 @@ def openai_router(rt: Runtime) -> APIRouter:
         answer = svc.chat(
             user, "openai", question, history=window, instructions=instructions, max_tokens=min(wanted, cap)
         )
-        job = rt.jobs.submit(principal.tenant, user, lambda: svc.write_turns(user, answer.turns))
+        job = rt.jobs.track(principal.tenant, user, rt.writes.write_after_reply(user, answer.turns))
         completion_id = "chatcmpl-" + secrets.token_hex(12)
         created = int(time.time())
         extension = {"memories": [h.fact.text for h in answer.hits], "write_job_id": job.job_id}

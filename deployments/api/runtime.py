@@ -14,6 +14,7 @@ from memory_core.service import MemoryService
 from memory_core.settings import Settings
 from memory_core.sweep import SweepRecord
 from memory_core.tenancy import scoped_user_id
+from memory_core.write.writes import UserWrites
 
 
 class SweepControl(Protocol):
@@ -35,6 +36,7 @@ class Runtime:
 
     settings: Settings
     service: MemoryService
+    writes: UserWrites  # every write of a user, in that user's lane
     auth: Authenticator
     jobs: JobQueue
     metrics: Metrics

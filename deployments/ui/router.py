@@ -245,7 +245,7 @@ def ui_router(rt: Runtime, sessions: Sessions) -> APIRouter:
     @router.post("/users/{user_id}/memories/{memory_id}/delete")
     def delete(session: Posted, user_id: str, memory_id: str) -> Response:
         uid = stored(session, user_id)
-        svc.forget_ids(uid, [parse_memory_id(memory_id, uid)])
+        rt.writes.forget_ids(uid, [parse_memory_id(memory_id, uid)])
         return _back(_user_url(user_id), notice="deleted")
 
     @router.get("/users/{user_id}/profile/{key}/delete")
@@ -257,7 +257,7 @@ def ui_router(rt: Runtime, sessions: Sessions) -> APIRouter:
 
     @router.post("/users/{user_id}/profile/{key}/delete")
     def delete_preference(session: Posted, user_id: str, key: str) -> Response:
-        svc.delete_preference(stored(session, user_id), key)
+        rt.writes.delete_preference(stored(session, user_id), key)
         return _back(_user_url(user_id), notice="preference-deleted")
 
     @router.get("/users/{user_id}/forget")
@@ -271,7 +271,7 @@ def ui_router(rt: Runtime, sessions: Sessions) -> APIRouter:
 
     @router.post("/users/{user_id}/forget")
     def forget(session: Posted, user_id: str, utterance: Annotated[str, Form()] = "") -> Response:
-        result = svc.forget(stored(session, user_id), utterance)
+        result = rt.writes.forget(stored(session, user_id), utterance)
         return _page("forgotten.html", session=session, user_id=user_id, utterance=utterance, result=result)
 
     def erase_form(session: UiSession, user_id: str, error: str | None) -> Response:
@@ -295,8 +295,8 @@ def ui_router(rt: Runtime, sessions: Sessions) -> APIRouter:
         uid = stored(session, user_id)
         if confirm.strip() != user_id:
             return erase_form(session, user_id, "The id typed is not this user's: nothing was erased.")
+        rt.writes.erase(uid)
         rt.jobs.forget_user(uid)
-        svc.erase(uid)
         return _back("/ui/users", notice="erased")
 
     @router.get("/sweeps")

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import pydantic
+from opentelemetry.util.types import AttributeValue
 
 from memory_core import telemetry
 from memory_core.errors import LLMOutputError
@@ -44,6 +46,24 @@ class StructuredLLM:
         self.stats = LLMStats()
         self._retries = retries
         self._lock = threading.Lock()
+        self._in_flight = 0
+
+    @property
+    def in_flight(self) -> int:
+        """Calls sent to the engine and not answered yet."""
+        with self._lock:
+            return self._in_flight
+
+    @contextmanager
+    def _call(self, kind: str, **attributes: AttributeValue) -> Iterator[None]:
+        with self._lock:
+            self._in_flight += 1
+        try:
+            with telemetry.span(f"llm.{kind}", model=self.engine.name, **attributes):
+                yield
+        finally:
+            with self._lock:
+                self._in_flight -= 1
 
     def _count(self, completion: Completion, seconds: float) -> None:
         telemetry.count_llm_call(completion.prompt_tokens, completion.completion_tokens)
@@ -73,7 +93,7 @@ class StructuredLLM:
         problem = ""
         for _ in range(self._retries + 1):
             start = time.perf_counter()
-            with telemetry.span("llm.json", schema=model.__name__, model=self.engine.name):
+            with self._call("json", schema=model.__name__):
                 completion = self.engine.complete_json(messages, schema, max_tokens)
                 self._count(completion, time.perf_counter() - start)
             try:
@@ -98,7 +118,7 @@ class StructuredLLM:
         answer = ""
         for _ in range(self._retries + 1):
             start = time.perf_counter()
-            with telemetry.span("llm.choice", choices=len(choices), model=self.engine.name):
+            with self._call("choice", choices=len(choices)):
                 completion = self.engine.complete_choice(messages, choices)
                 self._count(completion, time.perf_counter() - start)
             answer = completion.text.strip().strip('"')
@@ -115,7 +135,7 @@ class StructuredLLM:
             LLMUnavailableError: the engine failed.
         """
         start = time.perf_counter()
-        with telemetry.span("llm.text", model=self.engine.name):
+        with self._call("text"):
             completion = self.engine.complete_text(messages, max_tokens)
             self._count(completion, time.perf_counter() - start)
         return completion

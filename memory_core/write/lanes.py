@@ -1,0 +1,164 @@
+"""Write lanes: each user's writes one at a time in arrival order, different users' in parallel.
+
+Every write of a user (turns through the write path, memories stored as given, forget, deletes,
+profile changes, erase) runs in that user's lane, so a write never races another of the same
+user (search-then-add done twice at once stores a duplicate, or supersedes one fact twice),
+while up to ``concurrency`` users are written at once. Users take turns: a worker that finished
+one of a user's writes moves on to the next user waiting, so one user's backlog never starves
+the others.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from memory_core.errors import WriteQueueFullError
+from memory_core.settings import WriteSettings
+
+T = TypeVar("T")
+
+
+@dataclass
+class _Item:
+    work: Callable[[], Any]
+    future: Future[Any]
+    queued_at: float = field(default_factory=time.monotonic)
+
+
+class WriteLanes:
+    """A pool of ``settings.concurrency`` worker threads over per-user FIFO lanes."""
+
+    def __init__(self, settings: WriteSettings, name: str = "longmem-write") -> None:
+        self._settings = settings
+        self._lanes: dict[str, deque[_Item]] = {}
+        self._ready: OrderedDict[str, None] = OrderedDict()  # users with work and no write running
+        self._running: set[str] = set()
+        self._queued = 0
+        self._completed = 0
+        self._closed = False
+        self._cond = threading.Condition()
+        self._workers = [
+            threading.Thread(target=self._work, name=f"{name}-{n}", daemon=True)
+            for n in range(settings.concurrency)
+        ]
+        for worker in self._workers:
+            worker.start()
+
+    def submit(self, user_id: str, work: Callable[[], T], bounded: bool = True) -> Future[T]:
+        """Queue ``work`` at the end of ``user_id``'s lane.
+
+        Args:
+            user_id: whose lane.
+            work: the write; its result or exception completes the future.
+            bounded: refuse it when ``settings.max_pending`` writes wait already (async writes,
+                which the caller answers before they run); a write the caller waits for holds a
+                request thread instead, and is never refused.
+
+        Raises:
+            WriteQueueFullError: the queue is full (nothing was queued).
+            RuntimeError: the lanes are closed.
+        """
+        future: Future[T] = Future()
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("the write lanes are closed")
+            if bounded and self._queued >= self._settings.max_pending:
+                raise WriteQueueFullError(self._queued, self._settings.retry_after_s)
+            self._lanes.setdefault(user_id, deque()).append(_Item(work, future))
+            self._queued += 1
+            if user_id not in self._running:
+                self._ready[user_id] = None
+            self._cond.notify()
+        return future
+
+    def run(self, user_id: str, work: Callable[[], T]) -> T:
+        """Run ``work`` in ``user_id``'s lane after the writes queued before it; its result.
+
+        Raises:
+            whatever ``work`` raises.
+        """
+        return self.submit(user_id, work, bounded=False).result()
+
+    def run_alone(self, user_id: str, work: Callable[[], T]) -> tuple[int, T]:
+        """Cancel ``user_id``'s queued writes, then run ``work`` once the running one is done
+        (an erase: nothing queued before it is written after it).
+
+        Returns:
+            How many queued writes were cancelled, and ``work``'s result.
+        """
+        with self._cond:
+            dropped = self._lanes.pop(user_id, deque())
+            self._queued -= len(dropped)
+            self._ready.pop(user_id, None)
+        for item in dropped:
+            item.future.cancel()
+        return len(dropped), self.run(user_id, work)
+
+    def _work(self) -> None:
+        while True:
+            with self._cond:
+                while not self._ready and not self._closed:
+                    self._cond.wait()
+                if not self._ready:
+                    return  # closed and nothing left to run
+                user_id, _ = self._ready.popitem(last=False)
+                lane = self._lanes[user_id]
+                item = lane.popleft()
+                if not lane:
+                    del self._lanes[user_id]
+                self._queued -= 1
+                self._running.add(user_id)
+            if item.future.set_running_or_notify_cancel():
+                try:
+                    item.future.set_result(item.work())
+                except Exception as exc:  # the future carries it to whoever waits
+                    item.future.set_exception(exc)
+            with self._cond:
+                self._completed += 1
+                self._running.discard(user_id)
+                if user_id in self._lanes:
+                    self._ready[user_id] = None  # at the back: the next user waiting goes first
+                    self._cond.notify()
+
+    def pending(self) -> int:
+        """Writes queued and not started."""
+        with self._cond:
+            return self._queued
+
+    def running(self) -> int:
+        """Writes running now (one per user at most)."""
+        with self._cond:
+            return len(self._running)
+
+    def completed(self) -> int:
+        """Writes the workers finished (done or failed) since the lanes started."""
+        with self._cond:
+            return self._completed
+
+    def oldest_pending_s(self) -> float:
+        """How long the oldest queued write has waited (0 with none)."""
+        with self._cond:
+            heads = [lane[0].queued_at for lane in self._lanes.values() if lane]
+        return time.monotonic() - min(heads) if heads else 0.0
+
+    def close(self, wait: bool = True) -> None:
+        """Refuse new writes; with ``wait``, finish the queued ones first."""
+        with self._cond:
+            self._closed = True
+            if not wait:
+                for lane in self._lanes.values():
+                    for item in lane:
+                        item.future.cancel()
+                self._lanes.clear()
+                self._ready.clear()
+                self._queued = 0
+            self._cond.notify_all()
+        if wait:
+            for worker in self._workers:
+                worker.join()

@@ -1,0 +1,214 @@
+"""Write lanes: one user's writes one at a time in arrival order, different users' at once, a
+bounded queue, and an erase that cancels what was queued before it. Logic tests on writes that
+wait on events (no model); the same lanes run every API write in the suites over the real app,
+and the race they close is shown below over the HTTP API on real shards."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import CancelledError, Future
+
+import pytest
+from fastapi.testclient import TestClient
+
+from memory_core.clock import ManualClock
+from memory_core.embedding import Embedder
+from memory_core.errors import WriteQueueFullError
+from memory_core.service import open_local_service
+from memory_core.settings import ServeSettings, Settings, WriteSettings
+from memory_core.write.lanes import WriteLanes
+from tests.asgi_app import local_api
+from tests.scripted_engine import ScriptedEngine, facts_json
+
+
+@pytest.fixture
+def lanes() -> Iterator[Callable[..., WriteLanes]]:
+    made: list[WriteLanes] = []
+
+    def make(concurrency: int = 4, max_pending: int = 10_000) -> WriteLanes:
+        made.append(WriteLanes(WriteSettings(concurrency=concurrency, max_pending=max_pending)))
+        return made[-1]
+
+    yield make
+    for each in made:
+        each.close(wait=False)
+
+
+def test_each_users_writes_run_alone_and_in_order(lanes: Callable[..., WriteLanes]) -> None:
+    pool = lanes(concurrency=4)
+    done: dict[str, list[int]] = {}
+    running: set[str] = set()
+    overlaps: list[str] = []
+    guard = threading.Lock()
+
+    def write(user: str, n: int) -> int:
+        with guard:
+            if user in running:
+                overlaps.append(user)
+            running.add(user)
+        time.sleep(0.002)
+        with guard:
+            running.discard(user)
+            done.setdefault(user, []).append(n)
+        return n
+
+    futures = [
+        pool.submit(user, lambda u=user, n=n: write(u, n))
+        for n in range(25)
+        for user in ("a", "b", "c", "d", "e")
+    ]
+    assert [f.result(timeout=30) for f in futures] == [n for n in range(25) for _ in range(5)]
+    assert overlaps == []
+    assert done == {user: list(range(25)) for user in "abcde"}
+    assert pool.pending() == 0 and pool.completed() == 125
+
+
+def test_different_users_are_written_at_once_up_to_the_concurrency(lanes: Callable[..., WriteLanes]) -> None:
+    pool = lanes(concurrency=4)
+    four = threading.Barrier(4, timeout=10)
+    # Four users' writes meet at a barrier: they pass only if all four run at the same time.
+    results = [pool.submit(u, four.wait) for u in "wxyz"]
+    assert sorted(f.result(timeout=20) for f in results) == [0, 1, 2, 3]
+
+    two = threading.Barrier(2, timeout=0.5)
+    same = [pool.submit("w", two.wait), pool.submit("w", two.wait)]  # one user: never together
+    with pytest.raises(threading.BrokenBarrierError):
+        same[0].result(timeout=20)
+
+
+def test_a_full_queue_refuses_async_writes_but_not_awaited_ones(lanes: Callable[..., WriteLanes]) -> None:
+    pool = lanes(concurrency=1, max_pending=3)
+    gate = threading.Event()
+    pool.submit("busy", gate.wait)
+    while pool.running() == 0:
+        time.sleep(0.001)
+    queued = [pool.submit(f"u{n}", lambda n=n: n) for n in range(3)]
+    with pytest.raises(WriteQueueFullError) as full:
+        pool.submit("u9", lambda: 9)
+    assert full.value.retry_after_s == 5.0
+    awaited = pool.submit("u9", lambda: 9, bounded=False)
+    assert pool.oldest_pending_s() > 0
+    gate.set()
+    assert [f.result(timeout=10) for f in queued] == [0, 1, 2] and awaited.result(timeout=10) == 9
+
+
+def test_an_erase_cancels_what_was_queued_before_it_and_waits_for_the_running_write(
+    lanes: Callable[..., WriteLanes],
+) -> None:
+    pool = lanes(concurrency=2)
+    gate = threading.Event()
+    order: list[str] = []
+    running = pool.submit("eve", lambda: (gate.wait(10), order.append("running"))[1])
+    while pool.running() == 0:
+        time.sleep(0.001)
+    queued = [pool.submit("eve", lambda n=n: order.append(f"queued {n}")) for n in range(3)]
+    other = pool.submit("zed", lambda: order.append("zed"))
+    erased: Future[tuple[int, str]] = Future()
+    threading.Thread(
+        target=lambda: erased.set_result(pool.run_alone("eve", lambda: order.append("erase") or "receipt"))
+    ).start()
+    while not all(f.cancelled() for f in queued):
+        time.sleep(0.001)
+    gate.set()
+    assert erased.result(timeout=10) == (3, "receipt")
+    running.result(timeout=10)
+    other.result(timeout=10)
+    assert [o for o in order if o != "zed"] == ["running", "erase"]
+    for f in queued:
+        with pytest.raises(CancelledError):
+            f.result()
+
+
+def test_one_users_backlog_does_not_starve_another(lanes: Callable[..., WriteLanes]) -> None:
+    pool = lanes(concurrency=1)
+    gate = threading.Event()
+    order: list[str] = []
+    pool.submit("heavy", gate.wait)
+    while pool.running() == 0:
+        time.sleep(0.001)
+    backlog = [pool.submit("heavy", lambda n=n: order.append(f"heavy {n}")) for n in range(10)]
+    light = pool.submit("light", lambda: order.append("light"))
+    gate.set()
+    light.result(timeout=10)
+    for f in backlog:
+        f.result(timeout=10)
+    assert order.index("light") <= 1, order  # it waited for one heavy write, not for ten
+
+
+def test_two_concurrent_ingests_of_one_user_store_the_fact_once(
+    settings: Settings, clock: ManualClock, embedder: Embedder
+) -> None:
+    # Both requests judge and extract the same fact, then look for it among the stored ones
+    # before storing it. Side by side, each looked before the other stored, and the fact was
+    # stored twice. The engine and the store's search take a fixed time (a remote shard would):
+    # the race is in the queue, not the model.
+    engine = ScriptedEngine()
+    engine.latency_s = 0.05
+    engine.defaults["extract"] = facts_json(
+        ("User keeps two ferrets named Pip and Juno", "identity", "fact", False)
+    )
+    settings.serve = ServeSettings(local_only=True)
+    service = open_local_service(settings, clock, embedder, engine)
+    search = service.facts.search
+
+    def slow_search(*args: object) -> object:
+        found = search(*args)  # type: ignore[arg-type]
+        time.sleep(0.3)
+        return found
+
+    service.facts.search = slow_search  # type: ignore[method-assign]
+    body = {"session_id": "s", "turns": [{"role": "user", "content": "I have two ferrets, Pip and Juno"}]}
+    with TestClient(local_api(service)) as client:
+        answers: list[int] = []
+        threads = [
+            threading.Thread(
+                target=lambda: answers.append(client.post("/v1/users/fay/turns", json=body).status_code)
+            )
+            for _ in range(2)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert answers == [200, 200]
+        assert [m["text"] for m in client.get("/v1/users/fay/memories").json()["memories"]] == [
+            "User keeps two ferrets named Pip and Juno"
+        ]
+    service.close()
+
+
+def test_a_full_queue_answers_429_with_retry_after_and_loses_nothing_it_accepted(
+    settings: Settings, clock: ManualClock, embedder: Embedder
+) -> None:
+    engine = ScriptedEngine()
+    engine.latency_s = 0.3
+    engine.defaults["extract"] = lambda message: facts_json(
+        (f"User said {message}", "identity", "fact", False)
+    )
+    settings.serve = ServeSettings(local_only=True)
+    settings.write = WriteSettings(concurrency=1, max_pending=2, retry_after_s=7)
+    service = open_local_service(settings, clock, embedder, engine)
+    with TestClient(local_api(service)) as client:
+        accepted, refused = [], []
+        for n in range(8):
+            body = {"wait": False, "turns": [{"role": "user", "content": f"I own {n + 2} bicycles"}]}
+            answer = client.post(f"/v1/users/gus{n}/turns", json=body)
+            (accepted if answer.status_code == 202 else refused).append((n, answer))
+        assert refused, "the queue never filled"
+        for _, answer in refused:
+            assert answer.status_code == 429 and answer.headers["Retry-After"] == "7", answer.text
+            assert answer.json()["error"] == "WriteQueueFullError"
+        for n, answer in accepted:
+            job_id = answer.json()["job_id"]
+            deadline = time.monotonic() + 60
+            while (job := client.get(f"/v1/jobs/{job_id}").json())["status"] in ("queued", "running"):
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            assert job["status"] == "done", job
+            stored = client.get(f"/v1/users/gus{n}/memories").json()["memories"]
+            assert len(stored) == 1 and f"I own {n + 2} bicycles" in stored[0]["text"], stored
+        for n, _ in refused:  # refused: nothing stored, not even in the working window
+            assert client.get(f"/v1/users/gus{n}/memories").json()["memories"] == []
+    service.close()
