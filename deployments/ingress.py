@@ -64,10 +64,15 @@ class Ingress:
         sweeper = open_sweeper(settings, remote_embedder.dim, remote_embedder.name)
         await sweeper.start_schedule.remote()
         self._lanes = WriteLanes(settings.write)
+        writes = UserWrites(service, self._lanes)
+        # Turns accepted (answered 202) and not written when the last process stopped.
+        resumed = writes.resume()
+        if resumed:
+            log.info("resumed the write of %d accepted turn batches", resumed)
         self._runtime = Runtime(
             settings=settings,
             service=service,
-            writes=UserWrites(service, self._lanes),
+            writes=writes,
             auth=Authenticator(settings.serve),
             jobs=JobQueue(),
             metrics=Metrics(self._stats),

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ray import serve
@@ -15,30 +17,37 @@ from memory_core.settings import LLMSettings
 
 @serve.deployment(name="llm")
 class LLMDeployment:
-    """Owns one engine built from the settings; the engine serialises its own calls."""
+    """Owns one engine built from the settings. Calls run on worker threads, up to
+    ``llm.max_concurrent_calls`` at once, so an engine that batches (an OpenAI-compatible server)
+    gets them together; an engine that serialises its own calls takes them one at a time."""
 
     def __init__(self, settings: LLMSettings) -> None:
         self._engine = make_engine(settings)
+        self._pool = ThreadPoolExecutor(settings.max_concurrent_calls, thread_name_prefix="longmem-llm")
+
+    async def _run(self, call: Callable[..., Completion], *args: Any) -> Completion:
+        return await asyncio.get_running_loop().run_in_executor(self._pool, call, *args)
 
     def name(self) -> str:
         """Engine and model."""
         return self._engine.name
 
-    def complete_json(
+    async def complete_json(
         self, messages: list[ChatMessage], schema: dict[str, Any], max_tokens: int
     ) -> Completion:
         """See :meth:`memory_core.llm.base.LLMEngine.complete_json`."""
-        return self._engine.complete_json(messages, schema, max_tokens)
+        return await self._run(self._engine.complete_json, messages, schema, max_tokens)
 
-    def complete_choice(self, messages: list[ChatMessage], choices: list[str]) -> Completion:
+    async def complete_choice(self, messages: list[ChatMessage], choices: list[str]) -> Completion:
         """See :meth:`memory_core.llm.base.LLMEngine.complete_choice`."""
-        return self._engine.complete_choice(messages, choices)
+        return await self._run(self._engine.complete_choice, messages, choices)
 
-    def complete_text(self, messages: list[ChatMessage], max_tokens: int) -> Completion:
+    async def complete_text(self, messages: list[ChatMessage], max_tokens: int) -> Completion:
         """See :meth:`memory_core.llm.base.LLMEngine.complete_text`."""
-        return self._engine.complete_text(messages, max_tokens)
+        return await self._run(self._engine.complete_text, messages, max_tokens)
 
     def __del__(self) -> None:
+        self._pool.shutdown(wait=False)
         self._engine.close()
 
 

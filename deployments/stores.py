@@ -21,9 +21,10 @@ from ray.actor import ActorHandle
 from ray.exceptions import GetTimeoutError, RayActorError
 
 from memory_core.errors import ConfigError, LongmemError, StorageError
-from memory_core.models import Fact, NewFact, ProfileEntry
+from memory_core.models import Fact, NewFact, ProfileEntry, Turn
 from memory_core.settings import LimitSettings, Settings
 from memory_core.store.facts import open_manifest, shard_dir
+from memory_core.store.inbox import PendingTurns
 from memory_core.store.profile import DuckDBProfileStore
 from memory_core.store.shard import FactShard
 
@@ -43,7 +44,7 @@ _REPEATABLE = frozenset(
         "erase_user",
     }
 )
-_SHARD_CALLS = _REPEATABLE | {"add", "delete", "supersede", "expire", "snapshot", "close"}
+_SHARD_CALLS = _REPEATABLE | {"add", "delete", "supersede", "expire", "snapshot", "close", "accept_turns"}
 _PROFILE_CALLS = frozenset({"get", "upsert", "delete", "erase_user", "users", "close", "health"})
 _RETRY_PAUSE_S = 0.25
 
@@ -191,6 +192,15 @@ class ShardClient(_Client):
 
     def erase_user(self, user_id: str) -> int:
         return self._call("erase_user", user_id)  # type: ignore[no-any-return]
+
+    def accept_turns(self, user_id: str, session_id: str, turns: Sequence[Turn], at: datetime) -> int:
+        return self._call("accept_turns", user_id, session_id, list(turns), at)  # type: ignore[no-any-return]
+
+    def turns_done(self, user_id: str, seq: int) -> None:
+        self._call("turns_done", user_id, seq)
+
+    def pending_turns(self) -> list[PendingTurns]:
+        return self._call("pending_turns")  # type: ignore[no-any-return]
 
     def snapshot(self, purge: bool = False) -> int:
         return self._call("snapshot", purge)  # type: ignore[no-any-return]

@@ -150,6 +150,13 @@ class LLMSettings(BaseModel):
     api_key: SecretStr | None = Field(default=None, description="API key for the OpenAI-compatible server.")
     threads: int = Field(default=2, ge=1, description="CPU threads for llama.cpp.")
     context_tokens: int = Field(default=4096, ge=512, description="Context window of the local engine.")
+    max_concurrent_calls: int = Field(
+        default=16,
+        ge=1,
+        le=1024,
+        description="Calls the LLM deployment hands its engine at once. An OpenAI-compatible server (vLLM, "
+        "llama.cpp's server) batches them; the in-process llama.cpp and vLLM engines take one at a time.",
+    )
 
 
 class TTLSettings(BaseModel):

@@ -125,7 +125,9 @@ def memory_router(rt: Runtime) -> APIRouter:
         """One full agent turn; the memory write from the message runs after the reply."""
         user = rt.user(principal, user_id)
         answer = svc.chat(user, body.session_id, body.message, body.k, max_tokens=limits.reply_max_tokens)
-        job = rt.jobs.track(principal.tenant, user, writes.write_after_reply(user, answer.turns))
+        job = rt.jobs.track(
+            principal.tenant, user, writes.write_after_reply(user, body.session_id, answer.turns)
+        )
         return ChatOut(
             reply=answer.reply,
             memories=[HitOut.of_hit(h) for h in answer.hits],

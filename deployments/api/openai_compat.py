@@ -85,7 +85,7 @@ def openai_router(rt: Runtime) -> APIRouter:
         answer = svc.chat(
             user, "openai", question, history=window, instructions=instructions, max_tokens=min(wanted, cap)
         )
-        job = rt.jobs.track(principal.tenant, user, rt.writes.write_after_reply(user, answer.turns))
+        job = rt.jobs.track(principal.tenant, user, rt.writes.write_after_reply(user, "openai", answer.turns))
         completion_id = "chatcmpl-" + secrets.token_hex(12)
         created = int(time.time())
         extension = {"memories": [h.fact.text for h in answer.hits], "write_job_id": job.job_id}

@@ -11,10 +11,11 @@ from typing import Any, Protocol
 import numpy as np
 
 from memory_core.errors import ConfigError, InvalidVectorError, StorageError, ValidationError
-from memory_core.models import Fact, NewFact
+from memory_core.models import Fact, NewFact, Turn
 from memory_core.routing import shard_of
 from memory_core.settings import LimitSettings, StorageSettings
 from memory_core.store.fsutil import write_atomically
+from memory_core.store.inbox import PendingTurns
 from memory_core.store.shard import FactShard
 
 _MANIFEST = "longmem.json"
@@ -62,7 +63,15 @@ class UserFacts(Protocol):
         ...
 
     def erase_user(self, user_id: str) -> int:
-        """Remove every trace of the user's facts; returns how many were deleted."""
+        """Remove every trace of the user's facts and pending turns; returns how many facts went."""
+        ...
+
+    def accept_turns(self, user_id: str, session_id: str, turns: Sequence[Turn], at: datetime) -> int:
+        """Keep turns for a later write, durably, in the user's shard; their batch number there."""
+        ...
+
+    def turns_done(self, user_id: str, seq: int) -> None:
+        """Mark one of the user's accepted batches written."""
         ...
 
     def close(self) -> None:
@@ -76,6 +85,10 @@ class FactStore(UserFacts, Protocol):
     def expire(self, now: datetime, limit: int | None = None, tenant: str | None = None) -> int:
         """Delete facts (of ``tenant``'s users, or of everyone) with expire_at before ``now``;
         returns how many."""
+        ...
+
+    def pending_turns(self) -> list[PendingTurns]:
+        """Every accepted batch not written yet, each shard's in the order it was accepted."""
         ...
 
 
@@ -125,6 +138,10 @@ class ShardHandle(UserFacts, Protocol):
 
     def stats(self) -> dict[str, int]:
         """Counts for health checks and metrics."""
+        ...
+
+    def pending_turns(self) -> list[PendingTurns]:
+        """The shard's accepted batches not written yet, in the order they were accepted."""
         ...
 
 
@@ -218,8 +235,21 @@ class ShardedFactStore:
         return sorted(merged)[:limit]
 
     def erase_user(self, user_id: str) -> int:
-        """Remove the user's facts and compact their shard so no old file holds them."""
+        """Remove the user's facts and pending turns, and compact their shard so no old file
+        holds them."""
         return self._shard(user_id).erase_user(user_id)
+
+    def accept_turns(self, user_id: str, session_id: str, turns: Sequence[Turn], at: datetime) -> int:
+        """Keep turns for a later write in the user's shard; see :meth:`FactShard.accept_turns`."""
+        return self._shard(user_id).accept_turns(user_id, session_id, turns, at)
+
+    def turns_done(self, user_id: str, seq: int) -> None:
+        """Mark one of the user's accepted batches written."""
+        self._shard(user_id).turns_done(user_id, seq)
+
+    def pending_turns(self) -> list[PendingTurns]:
+        """Every shard's accepted batches not written yet."""
+        return [batch for shard in self.shards for batch in shard.pending_turns()]
 
     def snapshot(self) -> None:
         """Snapshot every shard (faster next open)."""

@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 from memory_core.errors import CorruptionError, NotFoundError, StorageError, ValidationError
-from memory_core.models import Fact, NewFact, as_utc
+from memory_core.models import Fact, NewFact, Turn, as_utc
 from memory_core.settings import LimitSettings
 from memory_core.store import snapshot as snap
 from memory_core.store import wal
@@ -35,6 +35,7 @@ from memory_core.store.arrow_codec import (
     ipc_to_table,
 )
 from memory_core.store.fsutil import TEMP_SUFFIX, lock_directory
+from memory_core.store.inbox import PendingTurns, TurnInbox
 from memory_core.store.partitions import Partitions
 from memory_core.validation import check_text, check_user_id, check_vectors
 
@@ -92,6 +93,7 @@ class FactShard:
         try:
             self.recovery = self._recover()
             self._wal = wal.WalWriter(directory, self._current_seq)
+            self._inbox = TurnInbox(directory / "inbox")
         except StorageError:
             self._dir_lock.close()
             raise
@@ -350,8 +352,31 @@ class FactShard:
         """
         with self._lock:
             count = len(self._mem.user_facts(user_id))
+            self._inbox.erase_user(user_id)
             self._write_snapshot(purge=True, without=user_id)
             return count
+
+    # ----------------------------------------------------------------- turn inbox
+
+    def accept_turns(self, user_id: str, session_id: str, turns: Sequence[Turn], at: datetime) -> int:
+        """Keep turns for a later write, durably (see :class:`TurnInbox`); their batch number.
+
+        Raises:
+            StorageError: not written; nothing was accepted.
+        """
+        return self._inbox.accept(user_id, session_id, tuple(turns), at)
+
+    def turns_done(self, user_id: str, seq: int) -> None:
+        """Mark one of ``user_id``'s accepted batches written.
+
+        Raises:
+            StorageError: not written; the batch stays pending.
+        """
+        self._inbox.done(seq)
+
+    def pending_turns(self) -> list[PendingTurns]:
+        """The batches accepted and not written yet, in the order they were accepted."""
+        return self._inbox.pending()
 
     def snapshot(self, purge: bool = False) -> int:
         """Write a snapshot of every live fact and start a new log segment.
@@ -435,9 +460,10 @@ class FactShard:
             return self._wal.writable()
 
     def close(self) -> None:
-        """Close the log and release the directory; the shard must not be used afterwards."""
+        """Close the logs and release the directory; the shard must not be used afterwards."""
         with self._lock:
             self._wal.close()
+            self._inbox.close()
             self._dir_lock.close()
 
     def destroy(self) -> None:

@@ -31,6 +31,8 @@ class Op(IntEnum):
     DELETE = 2  # payload: int64 ids
     ERASE_USER = 3  # payload: UTF-8 user id (no longer written: erase compacts; old logs replay it)
     SUPERSEDE = 4  # payload: int64 pairs (old id, new id)
+    TURNS_ACCEPTED = 5  # a turn inbox's (memory_core.store.inbox): a batch of turns, JSON
+    TURNS_DONE = 6  # a turn inbox's: uint64 sequence number of a batch written
 
 
 @dataclass(frozen=True)

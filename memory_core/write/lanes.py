@@ -68,14 +68,27 @@ class WriteLanes:
         with self._cond:
             if self._closed:
                 raise RuntimeError("the write lanes are closed")
-            if bounded and self._queued >= self._settings.max_pending:
-                raise WriteQueueFullError(self._queued, self._settings.retry_after_s)
+            if bounded:
+                self._check_room()
             self._lanes.setdefault(user_id, deque()).append(_Item(work, future))
             self._queued += 1
             if user_id not in self._running:
                 self._ready[user_id] = None
             self._cond.notify()
         return future
+
+    def check_room(self) -> None:
+        """Refuse what would be queued past ``settings.max_pending`` (before accepting it).
+
+        Raises:
+            WriteQueueFullError: the queue is full.
+        """
+        with self._cond:
+            self._check_room()
+
+    def _check_room(self) -> None:
+        if self._queued >= self._settings.max_pending:
+            raise WriteQueueFullError(self._queued, self._settings.retry_after_s)
 
     def run(self, user_id: str, work: Callable[[], T]) -> T:
         """Run ``work`` in ``user_id``'s lane after the writes queued before it; its result.
