@@ -14,6 +14,7 @@ files are real.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import tempfile
 import threading
@@ -43,20 +44,17 @@ HOBBIES = ("pottery", "bouldering", "birdwatching", "chess", "sourdough", "kayak
 
 
 def _answer(system: str, message: str) -> str:
-    """What the write path's prompts get from the fixed server: every turn worth a fact."""
+    """What the write path's prompts get from the fixed server: every turn worth a fact, about a
+    person of its own (so no two turns' facts are ever taken for the same one, however alike)."""
     if system == prompts.JUDGE_SYSTEM:
         return json.dumps({"answer": "yes"})
     if system == prompts.RESOLVE_SYSTEM:
         return json.dumps({"answer": "different"})
     if system == prompts.EXTRACT_SYSTEM:
-        fact = {
-            "about": "",
-            "text": f"User said: {message}",
-            "tag": "identity",
-            "layer": "fact",
-            "temporary": False,
-        }
-        return json.dumps({"facts": [fact]})
+        words = message.rsplit("User message:", 1)[-1].strip().strip('"')
+        who = f"pen pal P{hashlib.blake2b(words.encode(), digest_size=4).hexdigest()}"
+        fact = {"about": who, "text": f"User's {who} heard: {words}", "tag": "identity", "layer": "fact"}
+        return json.dumps({"facts": [{**fact, "temporary": False}]})
     return json.dumps({"answer": "no"})
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 from typing import Any
 
 import ray
@@ -12,6 +13,7 @@ from ray.serve.handle import DeploymentHandle
 
 from deployments.api.app import create_api
 from deployments.api.auth import Authenticator
+from deployments.api.idempotency import Replays
 from deployments.api.jobs import JobQueue
 from deployments.api.metrics import Metrics, write_stats
 from deployments.api.runtime import Runtime
@@ -73,6 +75,7 @@ class Ingress:
             settings=settings,
             service=service,
             writes=writes,
+            replays=Replays(facts, service.clock, timedelta(hours=settings.write.idempotency_hours)),
             auth=Authenticator(settings.serve),
             jobs=JobQueue(),
             metrics=Metrics(self._stats),

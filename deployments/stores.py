@@ -24,7 +24,7 @@ from memory_core.errors import ConfigError, LongmemError, StorageError
 from memory_core.models import Fact, NewFact, ProfileEntry, Turn
 from memory_core.settings import LimitSettings, Settings
 from memory_core.store.facts import open_manifest, shard_dir
-from memory_core.store.inbox import PendingTurns
+from memory_core.store.inbox import PendingTurns, StoredAnswer
 from memory_core.store.profile import DuckDBProfileStore
 from memory_core.store.shard import FactShard
 
@@ -42,6 +42,11 @@ _REPEATABLE = frozenset(
         "health",
         "validate",
         "erase_user",
+        "pending_turns",
+        "answer",
+        # Marking a batch done, or keeping an answer, twice is doing it once.
+        "turns_done",
+        "keep_answer",
     }
 )
 _SHARD_CALLS = _REPEATABLE | {"add", "delete", "supersede", "expire", "snapshot", "close", "accept_turns"}
@@ -201,6 +206,12 @@ class ShardClient(_Client):
 
     def pending_turns(self) -> list[PendingTurns]:
         return self._call("pending_turns")  # type: ignore[no-any-return]
+
+    def keep_answer(self, answer: StoredAnswer, forget_before: datetime) -> None:
+        self._call("keep_answer", answer, forget_before)
+
+    def answer(self, user_id: str, key: str, since: datetime) -> StoredAnswer | None:
+        return self._call("answer", user_id, key, since)  # type: ignore[no-any-return]
 
     def snapshot(self, purge: bool = False) -> int:
         return self._call("snapshot", purge)  # type: ignore[no-any-return]

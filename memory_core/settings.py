@@ -416,6 +416,11 @@ class WriteSettings(BaseModel):
     retry_after_s: float = Field(
         default=5.0, gt=0, description="The Retry-After of an async write refused because the queue is full."
     )
+    idempotency_hours: float = Field(
+        default=24.0,
+        gt=0,
+        description="How long the answer to a write call with an Idempotency-Key is kept for its repeats.",
+    )
 
 
 class TelemetrySettings(BaseModel):

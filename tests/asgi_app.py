@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from fastapi import FastAPI
 
 from deployments.api.app import create_api
 from deployments.api.auth import Authenticator
+from deployments.api.idempotency import Replays
 from deployments.api.jobs import JobQueue
 from deployments.api.metrics import Metrics
 from deployments.api.runtime import Runtime
@@ -35,15 +36,25 @@ class LocalSweeps:
 
 
 def local_api(service: MemoryService, health: Callable[[], dict[str, Any]] | None = None) -> FastAPI:
-    """The HTTP API over ``service``, authenticating with its settings' keys."""
+    """The HTTP API over ``service``, authenticating with its settings' keys; like the ingress,
+    it first queues the turns accepted and not written before. ``app.state.lanes`` are its write
+    lanes (close them before the service)."""
+    lanes = WriteLanes(service.settings.write)
+    writes = UserWrites(service, lanes)
+    writes.resume()
     runtime = Runtime(
         settings=service.settings,
         service=service,
-        writes=UserWrites(service, WriteLanes(service.settings.write)),
+        writes=writes,
+        replays=Replays(
+            service.facts, service.clock, timedelta(hours=service.settings.write.idempotency_hours)
+        ),
         auth=Authenticator(service.settings.serve),
         jobs=JobQueue(),
         metrics=Metrics(lambda: {}),
         sweeps=LocalSweeps(service),
         health=health or (lambda: {"ok": True}),
     )
-    return create_api(runtime)
+    app = create_api(runtime)
+    app.state.lanes = lanes
+    return app

@@ -37,6 +37,7 @@ from hypothesis.stateful import (
 
 from deployments.api.app import create_api
 from deployments.api.auth import Authenticator
+from deployments.api.idempotency import Replays
 from deployments.api.jobs import JobQueue
 from deployments.api.metrics import Metrics
 from deployments.api.runtime import Runtime
@@ -144,6 +145,7 @@ class TenantIsolation(RuleBasedStateMachine):
             settings=config,
             service=self.service,
             writes=UserWrites(self.service, self.lanes),
+            replays=Replays(self.service.facts, self.clock, timedelta(hours=24)),
             auth=Authenticator(config.serve),
             jobs=self.jobs,
             metrics=Metrics(lambda: {}),

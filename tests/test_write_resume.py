@@ -116,14 +116,14 @@ def test_an_erase_takes_the_users_pending_turns_and_their_bytes(tmp_path: Path) 
     shard.close()
 
 
-def test_a_long_inbox_log_is_rewritten_once_nothing_is_pending(tmp_path: Path) -> None:
+def test_a_long_inbox_log_is_rewritten_down_to_what_still_matters(tmp_path: Path) -> None:
     shard = FactShard(tmp_path / "shard", dim=8)
     for n in range(2100):
         shard.turns_done("acme:ed", shard.accept_turns("acme:ed", "s", _turns(f"turn {n}"), AT))
     shard.close()
     inbox = tmp_path / "shard" / "inbox"
     size = sum(p.stat().st_size for p in inbox.iterdir())
-    assert size < 2100 * 40, size  # not every record of 2,100 batches: rewritten after 4,096 records
+    assert size < 2100 * 40, size  # not every record of 2,100 batches: rewritten at 4,096 records
     reopened = FactShard(tmp_path / "shard", dim=8)
     assert reopened.pending_turns() == []
     reopened.close()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from fastapi import APIRouter, Query
-from fastapi.responses import JSONResponse
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import Response
 
 from deployments.api.app import ERROR_RESPONSES, principal_dependency
 from deployments.api.auth import Principal
@@ -34,6 +34,7 @@ from deployments.api.dto import (
     UserOut,
     UsersOut,
 )
+from deployments.api.idempotency import KeyHeader
 from deployments.api.runtime import Runtime
 from memory_core.errors import NotFoundError, ValidationError
 from memory_core.models import Turn
@@ -60,6 +61,7 @@ def memory_router(rt: Runtime) -> APIRouter:
     caller = principal_dependency(rt)
     svc = rt.service
     writes = rt.writes
+    replays = rt.replays
     limits = rt.settings.serve
 
     @router.get("/users", response_model=UsersOut)
@@ -79,7 +81,9 @@ def memory_router(rt: Runtime) -> APIRouter:
         )
 
     @router.post("/users/{user_id}/turns", response_model=IngestOut, responses={202: {"model": JobOut}})
-    def ingest(user_id: str, body: IngestIn, principal: Principal = caller) -> object:
+    def ingest(
+        user_id: str, body: IngestIn, request: Request, key: KeyHeader = None, principal: Principal = caller
+    ) -> Response:
         """Feed turns through the write path: working window, judge, extraction, resolution, writes."""
         user = rt.user(principal, user_id)
         if len(body.turns) > limits.max_turns_per_request:
@@ -90,14 +94,25 @@ def memory_router(rt: Runtime) -> APIRouter:
             Turn(role=t.role, content=t.content, at=t.at or body.at, turn_id=t.turn_id) for t in body.turns
         ]
         if body.wait:
-            return IngestOut(
-                results=[TurnResult.of(o) for o in writes.ingest(user, body.session_id, turns, body.at)]
+            return replays.respond(
+                request,
+                user,
+                key,
+                body,
+                200,
+                lambda: IngestOut(
+                    results=[TurnResult.of(o) for o in writes.ingest(user, body.session_id, turns, body.at)]
+                ),
             )
-        # Checked and in the working window now, so a bad request fails here and not in the job.
-        job = rt.jobs.track(
-            principal.tenant, user, writes.submit_turns(user, body.session_id, turns, body.at)
-        )
-        return JSONResponse(JobOut(job_id=job.job_id, status="queued").model_dump(), status_code=202)
+
+        def accept() -> JobOut:
+            # On disk, in the working window and queued when this returns (202).
+            job = rt.jobs.track(
+                principal.tenant, user, writes.submit_turns(user, body.session_id, turns, body.at)
+            )
+            return JobOut(job_id=job.job_id, status="queued")
+
+        return replays.respond(request, user, key, body, 202, accept)
 
     @router.get("/jobs/{job_id}", response_model=JobOut)
     def job(job_id: str, principal: Principal = caller) -> JobOut:
@@ -121,22 +136,28 @@ def memory_router(rt: Runtime) -> APIRouter:
         )
 
     @router.post("/users/{user_id}/chat", response_model=ChatOut)
-    def chat(user_id: str, body: ChatIn, principal: Principal = caller) -> ChatOut:
+    def chat(
+        user_id: str, body: ChatIn, request: Request, key: KeyHeader = None, principal: Principal = caller
+    ) -> Response:
         """One full agent turn; the memory write from the message runs after the reply."""
         user = rt.user(principal, user_id)
-        answer = svc.chat(user, body.session_id, body.message, body.k, max_tokens=limits.reply_max_tokens)
-        job = rt.jobs.track(
-            principal.tenant, user, writes.write_after_reply(user, body.session_id, answer.turns)
-        )
-        return ChatOut(
-            reply=answer.reply,
-            memories=[HitOut.of_hit(h) for h in answer.hits],
-            profile=[ProfileOut.of(e) for e in answer.profile],
-            write_job_id=job.job_id,
-        )
+
+        def reply() -> ChatOut:
+            answer = svc.chat(user, body.session_id, body.message, body.k, max_tokens=limits.reply_max_tokens)
+            write = writes.write_after_reply(user, body.session_id, answer.turns)
+            return ChatOut(
+                reply=answer.reply,
+                memories=[HitOut.of_hit(h) for h in answer.hits],
+                profile=[ProfileOut.of(e) for e in answer.profile],
+                write_job_id=rt.jobs.track(principal.tenant, user, write).job_id,
+            )
+
+        return replays.respond(request, user, key, body, 200, reply)
 
     @router.post("/users/{user_id}/memories", response_model=MemoriesOut, status_code=201)
-    def remember(user_id: str, body: RememberIn, principal: Principal = caller) -> MemoriesOut:
+    def remember(
+        user_id: str, body: RememberIn, request: Request, key: KeyHeader = None, principal: Principal = caller
+    ) -> Response:
         """Store memories as given (no LLM), durably, as one batch."""
         user = rt.user(principal, user_id)
         items = [
@@ -149,7 +170,14 @@ def memory_router(rt: Runtime) -> APIRouter:
             )
             for m in body.memories
         ]
-        return MemoriesOut(memories=[FactOut.of(f) for f in writes.remember(user, items, at=body.at)])
+        return replays.respond(
+            request,
+            user,
+            key,
+            body,
+            201,
+            lambda: MemoriesOut(memories=[FactOut.of(f) for f in writes.remember(user, items, at=body.at)]),
+        )
 
     @router.get("/users/{user_id}/memories", response_model=MemoriesOut)
     def list_memories(
@@ -166,16 +194,30 @@ def memory_router(rt: Runtime) -> APIRouter:
         return FactOut.of(svc.get_fact(user, parse_memory_id(memory_id, user)))
 
     @router.delete("/users/{user_id}/memories/{memory_id}", response_model=DeletedOut)
-    def delete_memory(user_id: str, memory_id: str, principal: Principal = caller) -> DeletedOut:
+    def delete_memory(
+        user_id: str, memory_id: str, request: Request, key: KeyHeader = None, principal: Principal = caller
+    ) -> Response:
         """Delete one memory, durably."""
         user = rt.user(principal, user_id)
-        deleted = writes.forget_ids(user, [parse_memory_id(memory_id, user)])
-        return DeletedOut(deleted=[str(i) for i in deleted])
+        fact_id = parse_memory_id(memory_id, user)
+        return replays.respond(
+            request,
+            user,
+            key,
+            None,
+            200,
+            lambda: DeletedOut(deleted=[str(i) for i in writes.forget_ids(user, [fact_id])]),
+        )
 
     @router.post("/users/{user_id}/forget", response_model=ForgetOut)
-    def forget(user_id: str, body: ForgetIn, principal: Principal = caller) -> ForgetOut:
+    def forget(
+        user_id: str, body: ForgetIn, request: Request, key: KeyHeader = None, principal: Principal = caller
+    ) -> Response:
         """Forget what the user names in their own words ("forget my home address")."""
-        return ForgetOut.of(writes.forget(rt.user(principal, user_id), body.utterance, body.at))
+        user = rt.user(principal, user_id)
+        return replays.respond(
+            request, user, key, body, 200, lambda: ForgetOut.of(writes.forget(user, body.utterance, body.at))
+        )
 
     @router.get("/users/{user_id}/profile", response_model=ProfileListOut)
     def get_profile(user_id: str, principal: Principal = caller) -> ProfileListOut:
@@ -183,22 +225,56 @@ def memory_router(rt: Runtime) -> APIRouter:
         return ProfileListOut(profile=[ProfileOut.of(e) for e in svc.profile(rt.user(principal, user_id))])
 
     @router.post("/users/{user_id}/profile", response_model=ProfileOut, status_code=201)
-    def add_preference(user_id: str, body: ProfileIn, principal: Principal = caller) -> ProfileOut:
+    def add_preference(
+        user_id: str, body: ProfileIn, request: Request, key: KeyHeader = None, principal: Principal = caller
+    ) -> Response:
         """Add a preference (its key is derived from the text: saying it twice is one entry)."""
-        return ProfileOut.of(writes.set_preference(rt.user(principal, user_id), body.text, source="api"))
+        user = rt.user(principal, user_id)
+        return replays.respond(
+            request,
+            user,
+            key,
+            body,
+            201,
+            lambda: ProfileOut.of(writes.set_preference(user, body.text, source="api")),
+        )
 
     @router.put("/users/{user_id}/profile/{key}", response_model=ProfileOut)
-    def set_preference(user_id: str, key: str, body: ProfileIn, principal: Principal = caller) -> ProfileOut:
+    def set_preference(
+        user_id: str,
+        key: str,
+        body: ProfileIn,
+        request: Request,
+        idempotency_key: KeyHeader = None,
+        principal: Principal = caller,
+    ) -> Response:
         """Add or replace the preference under ``key``."""
-        return ProfileOut.of(
-            writes.set_preference(rt.user(principal, user_id), body.text, source="api", key=key)
+        user = rt.user(principal, user_id)
+        return replays.respond(
+            request,
+            user,
+            idempotency_key,
+            body,
+            200,
+            lambda: ProfileOut.of(writes.set_preference(user, body.text, source="api", key=key)),
         )
 
     @router.delete("/users/{user_id}/profile/{key}", response_model=DeletedOut)
-    def delete_preference(user_id: str, key: str, principal: Principal = caller) -> DeletedOut:
+    def delete_preference(
+        user_id: str,
+        key: str,
+        request: Request,
+        idempotency_key: KeyHeader = None,
+        principal: Principal = caller,
+    ) -> Response:
         """Delete one preference."""
-        writes.delete_preference(rt.user(principal, user_id), key)
-        return DeletedOut(deleted=[key])
+        user = rt.user(principal, user_id)
+
+        def delete() -> DeletedOut:
+            writes.delete_preference(user, key)
+            return DeletedOut(deleted=[key])
+
+        return replays.respond(request, user, idempotency_key, None, 200, delete)
 
     @router.delete("/users/{user_id}", response_model=EraseOut)
     def erase(user_id: str, principal: Principal = caller) -> EraseOut:

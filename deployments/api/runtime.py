@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from deployments.api.auth import Authenticator, Principal
+from deployments.api.idempotency import Replays
 from deployments.api.jobs import JobQueue
 from deployments.api.metrics import Metrics
 from memory_core.service import MemoryService
@@ -37,6 +38,7 @@ class Runtime:
     settings: Settings
     service: MemoryService
     writes: UserWrites  # every write of a user, in that user's lane
+    replays: Replays  # answers to repeated write calls (Idempotency-Key)
     auth: Authenticator
     jobs: JobQueue
     metrics: Metrics

@@ -15,7 +15,7 @@ from memory_core.models import Fact, NewFact, Turn
 from memory_core.routing import shard_of
 from memory_core.settings import LimitSettings, StorageSettings
 from memory_core.store.fsutil import write_atomically
-from memory_core.store.inbox import PendingTurns
+from memory_core.store.inbox import PendingTurns, StoredAnswer
 from memory_core.store.shard import FactShard
 
 _MANIFEST = "longmem.json"
@@ -72,6 +72,14 @@ class UserFacts(Protocol):
 
     def turns_done(self, user_id: str, seq: int) -> None:
         """Mark one of the user's accepted batches written."""
+        ...
+
+    def keep_answer(self, answer: StoredAnswer, forget_before: datetime) -> None:
+        """Keep, in the user's shard, the answer to a call with an idempotency key."""
+        ...
+
+    def answer(self, user_id: str, key: str, since: datetime) -> StoredAnswer | None:
+        """The answer kept for the user's call with ``key`` at ``since`` or later, if any."""
         ...
 
     def close(self) -> None:
@@ -250,6 +258,14 @@ class ShardedFactStore:
     def pending_turns(self) -> list[PendingTurns]:
         """Every shard's accepted batches not written yet."""
         return [batch for shard in self.shards for batch in shard.pending_turns()]
+
+    def keep_answer(self, answer: StoredAnswer, forget_before: datetime) -> None:
+        """Keep, in the user's shard, the answer to a call with an idempotency key."""
+        self._shard(answer.user_id).keep_answer(answer, forget_before)
+
+    def answer(self, user_id: str, key: str, since: datetime) -> StoredAnswer | None:
+        """The answer kept for the user's call with ``key`` at ``since`` or later, if any."""
+        return self._shard(user_id).answer(user_id, key, since)
 
     def snapshot(self) -> None:
         """Snapshot every shard (faster next open)."""

@@ -35,7 +35,7 @@ from memory_core.store.arrow_codec import (
     ipc_to_table,
 )
 from memory_core.store.fsutil import TEMP_SUFFIX, lock_directory
-from memory_core.store.inbox import PendingTurns, TurnInbox
+from memory_core.store.inbox import PendingTurns, StoredAnswer, TurnInbox
 from memory_core.store.partitions import Partitions
 from memory_core.validation import check_text, check_user_id, check_vectors
 
@@ -377,6 +377,14 @@ class FactShard:
     def pending_turns(self) -> list[PendingTurns]:
         """The batches accepted and not written yet, in the order they were accepted."""
         return self._inbox.pending()
+
+    def keep_answer(self, answer: StoredAnswer, forget_before: datetime) -> None:
+        """Keep the answer to a call with an idempotency key (see :meth:`TurnInbox.keep_answer`)."""
+        self._inbox.keep_answer(answer, forget_before)
+
+    def answer(self, user_id: str, key: str, since: datetime) -> StoredAnswer | None:
+        """The answer kept for ``user_id``'s call with ``key`` at ``since`` or later, if any."""
+        return self._inbox.answer(user_id, key, since)
 
     def snapshot(self, purge: bool = False) -> int:
         """Write a snapshot of every live fact and start a new log segment.

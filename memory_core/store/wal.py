@@ -33,6 +33,7 @@ class Op(IntEnum):
     SUPERSEDE = 4  # payload: int64 pairs (old id, new id)
     TURNS_ACCEPTED = 5  # a turn inbox's (memory_core.store.inbox): a batch of turns, JSON
     TURNS_DONE = 6  # a turn inbox's: uint64 sequence number of a batch written
+    ANSWER = 7  # a turn inbox's: the answer given to a write call with an Idempotency-Key, JSON
 
 
 @dataclass(frozen=True)
