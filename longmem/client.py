@@ -4,7 +4,9 @@ Both are the same code: every call is written once, as a method that builds a re
 two clients differ only in how they send it. Bodies and answers are the server's own pydantic
 models (``deployments.api.dto``); error answers come back as the server's exception classes
 (:mod:`memory_core.errors`), with ``status`` and ``detail`` attached; answers 429 and 503 (nothing
-was stored) are retried with backoff, honouring ``Retry-After``.
+was stored) are retried with backoff, honouring ``Retry-After``. Writes carry an
+``Idempotency-Key`` (one per call, the same on each retry), so a write that timed out is sent
+again without being written twice.
 
     from longmem.client import Client
 
@@ -20,9 +22,11 @@ import asyncio
 import functools
 import inspect
 import random
+import re
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Generator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
@@ -74,6 +78,21 @@ class Request(Generic[T]):
     parse: Callable[[httpx.Response], T]
     json: dict[str, Any] | None = None
     params: dict[str, Any] = field(default_factory=dict)
+    key: str | None = None  # Idempotency-Key, the same for every retry of this call
+
+    def headers(self) -> dict[str, str]:
+        """The call's own headers."""
+        return {"Idempotency-Key": self.key} if self.key else {}
+
+
+# The writes the server answers once per Idempotency-Key: a retry of one is never a second write.
+_KEYED = re.compile(r"/v1/users/[^/]+/(turns|chat|memories|forget|profile)(/|$)")
+
+
+def _keyed(request: Request[T]) -> Request[T]:
+    if request.method == "GET" or not _KEYED.match(request.path):
+        return request
+    return replace(request, key=uuid.uuid4().hex)
 
 
 def _model(cls: type[pydantic.BaseModel]) -> Callable[[httpx.Response], Any]:
@@ -149,8 +168,8 @@ class RetryPolicy:
                 return None
             return _retry_after(outcome, attempt, self.backoff_s, self.max_wait_s)
         # A connection never made stored nothing; any other failure may have reached the server,
-        # so only reads are sent again.
-        if isinstance(outcome, httpx.ConnectError) or request.method == "GET":
+        # so only reads, and writes the server answers once per key, are sent again.
+        if isinstance(outcome, httpx.ConnectError) or request.method == "GET" or request.key:
             return _retry_after(None, attempt, self.backoff_s, self.max_wait_s)
         return None
 
@@ -196,7 +215,7 @@ class _Endpoint(Generic[P, T]):
 
         @functools.wraps(build)
         def call(*args: P.args, **kwargs: P.kwargs) -> Any:
-            return obj._send(build(obj, *args, **kwargs))
+            return obj._send(_keyed(build(obj, *args, **kwargs)))
 
         built = inspect.signature(build)  # help() shows the call, not the request builder
         call.__signature__ = built.replace(  # type: ignore[attr-defined]
@@ -416,7 +435,13 @@ class Client(_Api):
 
     def _attempt(self, request: Request[Any]) -> httpx.Response | Exception:
         try:
-            return self._http.request(request.method, request.path, json=request.json, params=request.params)
+            return self._http.request(
+                request.method,
+                request.path,
+                json=request.json,
+                params=request.params,
+                headers=request.headers(),
+            )
         except httpx.HTTPError as exc:
             return exc
 
@@ -463,7 +488,11 @@ class AsyncClient(_Api):
     async def _attempt(self, request: Request[Any]) -> httpx.Response | Exception:
         try:
             return await self._http.request(
-                request.method, request.path, json=request.json, params=request.params
+                request.method,
+                request.path,
+                json=request.json,
+                params=request.params,
+                headers=request.headers(),
             )
         except httpx.HTTPError as exc:
             return exc

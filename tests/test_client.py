@@ -150,12 +150,23 @@ def test_429_and_503_are_retried_honouring_retry_after_and_other_errors_are_not(
             c.remember("u", ["t"])
     assert len(sent) == 2
 
-    # A write that may have reached the server is not sent twice; a read is.
+    # A write that may have reached the server is sent again only with the same Idempotency-Key
+    # (the server answers a repeat with the first answer); one without a key is not; a read is.
+    transport, sent = _scripted([httpx.ReadTimeout("slow"), httpx.Response(201, json={"memories": [FACT]})])
+    with Client("http://sdk.test", "k", retry=RetryPolicy(backoff_s=0.01), transport=transport) as c:
+        assert [m.id for m in c.remember("u", ["t"])] == ["1"]
+        first_key = sent[0].headers["Idempotency-Key"]
+        assert len(first_key) == 32 and sent[1].headers["Idempotency-Key"] == first_key
+    transport, sent = _scripted([httpx.Response(201, json={"memories": [FACT]})] * 2)
+    with Client("http://sdk.test", "k", transport=transport) as c:
+        c.remember("u", ["t"])
+        c.remember("u", ["t"])
+    assert sent[0].headers["Idempotency-Key"] != sent[1].headers["Idempotency-Key"]  # a new call, a new key
     transport, sent = _scripted([httpx.ReadTimeout("slow")])
     with Client("http://sdk.test", "k", retry=RetryPolicy(backoff_s=0.01), transport=transport) as c:
         with pytest.raises(RemoteError, match="ReadTimeout"):
-            c.remember("u", ["t"])
-    assert len(sent) == 1
+            c.erase("u")
+    assert len(sent) == 1 and "Idempotency-Key" not in sent[0].headers
     transport, sent = _scripted([httpx.ReadTimeout("slow"), httpx.Response(200, json={"memories": [FACT]})])
     with Client("http://sdk.test", "k", retry=RetryPolicy(backoff_s=0.01), transport=transport) as c:
         assert len(c.memories("u")) == 1
