@@ -101,11 +101,11 @@ def run(engine: LLMEngine, embedder: Embedder, users: int, turns: int, concurren
         writes = UserWrites(service, lanes)
         started = time.perf_counter()
         futures = [
-            writes.submit_turns(
+            writes.queue_turns(
                 f"bench:u{n % users}",
                 "s",
                 [Turn(role=Role.USER, content=f"I took up {HOBBIES[n % len(HOBBIES)]} in year {2000 + n}")],
-            )
+            ).future
             for n in range(turns)
         ]
         outcomes = [o for f in futures for o in f.result()]

@@ -22,6 +22,7 @@ from deployments.ingress import Ingress
 from deployments.llm import LLMDeployment
 from deployments.stores import stop_stores
 from deployments.sweeper import SWEEPER_ACTOR_NAME
+from deployments.writers import stop_writers
 from memory_core.errors import ConfigError
 from memory_core.llm.factory import gpu_visible
 from memory_core.settings import LLMEngineName, Settings, load_settings
@@ -30,8 +31,8 @@ APP_NAME = "longmem"
 
 
 def build_app(settings: Settings) -> Application:
-    """Ingress over embedder and LLM deployments (shard, profile and sweeper actors are created
-    by the ingress on first start and found by name afterwards).
+    """Ingress over embedder and LLM deployments (shard, profile, writer and sweeper actors are
+    created by the ingress on first start and found by name afterwards).
 
     Raises:
         ConfigError: no API key and not local-only (auth would be off), before anything is deployed.
@@ -116,10 +117,7 @@ def stop(settings: Settings, shutdown_ray: bool = True) -> list[str]:
     Returns:
         Problems met while closing stores.
     """
-    try:
-        serve.get_app_handle(APP_NAME).drain.remote().result()
-    except (ray.exceptions.RayError, serve.exceptions.RayServeException, KeyError, ValueError):
-        pass  # the app is not running: nothing queued
+    problems = stop_writers(settings)
     try:
         sweeper = ray.get_actor(SWEEPER_ACTOR_NAME, namespace=settings.serve.namespace)
         ray.get(sweeper.stop.remote())
@@ -127,7 +125,7 @@ def stop(settings: Settings, shutdown_ray: bool = True) -> list[str]:
     except ValueError:
         pass  # never started
     serve.delete(APP_NAME)
-    problems = stop_stores(settings)
+    problems += stop_stores(settings)
     if shutdown_ray:
         serve.shutdown()
         ray.shutdown()

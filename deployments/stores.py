@@ -26,7 +26,7 @@ from memory_core.settings import LimitSettings, Settings
 from memory_core.store.facts import open_manifest, shard_dir
 from memory_core.store.inbox import PendingTurns, StoredAnswer
 from memory_core.store.profile import DuckDBProfileStore
-from memory_core.store.shard import FactShard
+from memory_core.store.shard import FactShard, UserErasure
 
 # Calls the clients may repeat after an actor restart: reads change nothing, and an erase
 # repeated is the same erase (it completes one that died half-way).
@@ -44,12 +44,22 @@ _REPEATABLE = frozenset(
         "erase_user",
         "pending_turns",
         "answer",
+        "window",
         # Marking a batch done, or keeping an answer, twice is doing it once.
         "turns_done",
         "keep_answer",
     }
 )
-_SHARD_CALLS = _REPEATABLE | {"add", "delete", "supersede", "expire", "snapshot", "close", "accept_turns"}
+_SHARD_CALLS = _REPEATABLE | {
+    "add",
+    "delete",
+    "supersede",
+    "expire",
+    "snapshot",
+    "close",
+    "accept_turns",
+    "extend_window",
+}
 _PROFILE_CALLS = frozenset({"get", "upsert", "delete", "erase_user", "users", "close", "health"})
 _RETRY_PAUSE_S = 0.25
 
@@ -62,10 +72,11 @@ def shard_actor_name(shard_no: int) -> str:
 PROFILE_ACTOR_NAME = "longmem-profile"
 
 
-class _Owner:
+class OwnerActor:
     """Runs allowed calls on the object it owns; longmem errors travel back as values."""
 
     _allowed: frozenset[str]
+    _own: frozenset[str] = frozenset({"health"})  # answered by the actor itself
     _target: Any
 
     def invoke(self, method: str, *args: Any) -> tuple[bool, Any]:
@@ -77,14 +88,14 @@ class _Owner:
         """
         if method not in self._allowed:
             raise AttributeError(f"{method} is not callable on {type(self).__name__}")
-        target = self if method == "health" else self._target
+        target = self if method in self._own else self._target
         try:
             return True, getattr(target, method)(*args)
         except LongmemError as exc:
             return False, exc
 
 
-class ShardActor(_Owner):
+class ShardActor(OwnerActor):
     """One fact shard in its own process."""
 
     _allowed = _SHARD_CALLS
@@ -98,10 +109,11 @@ class ShardActor(_Owner):
         embedder: str,
         limits: LimitSettings,
         snapshot_every: int,
+        window_turns: int,
     ) -> None:
         root = Path(data_dir)
         open_manifest(root, shards, dim, embedder)
-        self._target = FactShard(shard_dir(root, shard_no), dim, limits, snapshot_every)
+        self._target = FactShard(shard_dir(root, shard_no), dim, limits, snapshot_every, window_turns)
         self._shard_no = shard_no
 
     def health(self) -> dict[str, Any]:
@@ -112,7 +124,7 @@ class ShardActor(_Owner):
         return {"shard": self._shard_no, "directory": where, "log_writable": writable, **stats}
 
 
-class ProfileActor(_Owner):
+class ProfileActor(OwnerActor):
     """The profile store's single owner of its DuckDB file."""
 
     _allowed = _PROFILE_CALLS
@@ -125,7 +137,7 @@ class ProfileActor(_Owner):
         return {"duckdb_open": self._target.ping(), "path": str(self._target.path)}
 
 
-class _Client:
+class ActorClient:
     """Calls an owner actor; reads are retried across a restart, writes are not (not idempotent)."""
 
     def __init__(self, actor: ActorHandle, label: str, timeout_s: float) -> None:
@@ -159,7 +171,7 @@ class _Client:
         return value
 
 
-class ShardClient(_Client):
+class ShardClient(ActorClient):
     """A shard actor seen as a :class:`~memory_core.store.facts.ShardHandle`."""
 
     def validate(self, new_facts: Sequence[NewFact], vectors: np.ndarray) -> object:
@@ -195,8 +207,14 @@ class ShardClient(_Client):
     def count_due(self, now: datetime, tenant: str | None = None) -> int:
         return self._call("count_due", now, tenant)  # type: ignore[no-any-return]
 
-    def erase_user(self, user_id: str) -> int:
+    def erase_user(self, user_id: str) -> UserErasure:
         return self._call("erase_user", user_id)  # type: ignore[no-any-return]
+
+    def extend_window(self, user_id: str, session_id: str, turns: Sequence[Turn]) -> None:
+        self._call("extend_window", user_id, session_id, list(turns))
+
+    def window(self, user_id: str, session_id: str) -> list[Turn]:
+        return self._call("window", user_id, session_id)  # type: ignore[no-any-return]
 
     def accept_turns(self, user_id: str, session_id: str, turns: Sequence[Turn], at: datetime) -> int:
         return self._call("accept_turns", user_id, session_id, list(turns), at)  # type: ignore[no-any-return]
@@ -228,7 +246,7 @@ class ShardClient(_Client):
         self._call("close")
 
 
-class ProfileClient(_Client):
+class ProfileClient(ActorClient):
     """The profile actor seen as a :class:`~memory_core.store.profile.ProfileStore`."""
 
     def get(self, user_id: str) -> list[ProfileEntry]:
@@ -256,7 +274,9 @@ class ProfileClient(_Client):
         self._call("close")
 
 
-def actor_options(settings: Settings, name: str) -> dict[str, Any]:
+def actor_options(settings: Settings, name: str, data: bool = True) -> dict[str, Any]:
+    """Ray options of a named store or writer actor; one that owns ``data`` goes where
+    ``serve.shard_resource`` says."""
     options: dict[str, Any] = {
         "name": name,
         "namespace": settings.serve.namespace,
@@ -267,7 +287,7 @@ def actor_options(settings: Settings, name: str) -> dict[str, Any]:
         "max_restarts": -1,
         "max_task_retries": 0,
     }
-    if settings.serve.shard_resource:
+    if data and settings.serve.shard_resource:
         options["resources"] = {settings.serve.shard_resource: 0.001}
     return options
 
@@ -286,6 +306,7 @@ def open_shards(settings: Settings, dim: int, embedder: str) -> list[ShardClient
             embedder,
             settings.limits,
             settings.storage.snapshot_every,
+            settings.working.turns,
         )
         clients.append(ShardClient(actor, f"shard {shard_no}", settings.serve.call_timeout_s))
     for shard_no, shard in enumerate(clients):

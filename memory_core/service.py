@@ -92,7 +92,7 @@ class MemoryService:
         self.facts = facts
         self.profiles = profiles
         self.clock = clock or SystemClock()
-        self.working = WorkingMemory(settings.working)
+        self.working = WorkingMemory(settings.working, facts)
         tokenizer = tokenizer or Tokenizer()
         self.recaller = Recaller(facts, embedder, settings.recall, tokenizer)
         self.llm = llm
@@ -131,19 +131,9 @@ class MemoryService:
             ConfigError: the service has no LLM.
             StorageError: a write was not made durable.
         """
-        self.accept_turns(user_id, session_id, turns)
-        return self.write_turns(user_id, turns, at)
-
-    def accept_turns(self, user_id: str, session_id: str, turns: Sequence[Turn]) -> None:
-        """Check turns and add them to the session's working window, leaving the write for later.
-
-        Raises:
-            ValidationError: a bad user id or an empty/oversized turn; nothing added.
-            ConfigError: the service has no LLM (the write could never run).
-        """
         self.check_turns(user_id, turns)
-        for turn in turns:
-            self.working.append(user_id, session_id, turn)
+        self.working.append(user_id, session_id, turns)
+        return self.write_turns(user_id, turns, at)
 
     def check_turns(self, user_id: str, turns: Sequence[Turn]) -> None:
         """Refuse a bad user id or turn, or any turn when the service has no LLM.
@@ -180,9 +170,9 @@ class MemoryService:
     ) -> ChatReply:
         """Answer one user message with memory: profile + recalled facts + working window → LLM reply.
 
-        The message and the reply join the session's working window; writing memories from the
-        message is left to the caller (:meth:`write_turns` with ``ChatReply.turns``), so that it
-        can run after the reply is sent.
+        Nothing is stored: the caller accepts ``ChatReply.turns`` for their write (which puts
+        them in the session's working window, see ``UserWrites.write_after_reply``), so that the
+        write can run after the reply is sent.
 
         Args:
             user_id: the user.
@@ -212,9 +202,6 @@ class MemoryService:
             completion = llm.reply(messages, max_tokens)
         asked = Turn(role=Role.USER, content=message, at=now)
         answered = Turn(role=Role.ASSISTANT, content=completion.text.strip(), at=now)
-        if history is None:
-            self.working.append(user_id, session_id, asked)
-            self.working.append(user_id, session_id, answered)
         return ChatReply(
             reply=answered.content,
             hits=hits,
@@ -336,8 +323,14 @@ class MemoryService:
         self.profiles.delete(self._user(user_id), key)
 
     def add_turn(self, user_id: str, session_id: str, turn: Turn) -> None:
-        """Append a turn to the session's working window."""
-        self.working.append(self._user(user_id), session_id, turn)
+        """Append a turn to the session's working window (no write).
+
+        Raises:
+            ValidationError: a bad user id or turn.
+            StorageError: not written.
+        """
+        check_text(turn.content, self.settings.limits.max_text_chars)
+        self.working.append(self._user(user_id), session_id, [turn])
 
     def build_prompt(self, user_id: str, session_id: str, question: str, k: int | None = None) -> str:
         """Prompt for answering ``question``: profile, recalled memories, working window."""
@@ -406,11 +399,12 @@ class MemoryService:
     def erase(self, user_id: str) -> EraseReceipt:
         """Remove every trace of a user: facts (and the files that held them), profile, working window."""
         self._user(user_id)
+        erased = self.facts.erase_user(user_id)
         return EraseReceipt(
             user_id=user_id,
-            facts=self.facts.erase_user(user_id),
+            facts=erased.facts,
             profile_entries=self.profiles.erase_user(user_id),
-            working_turns=self.working.erase_user(user_id),
+            working_turns=erased.window_turns,
         )
 
     def close(self) -> None:
@@ -439,7 +433,9 @@ def open_local_service(
     """
     configure_tracing(settings.telemetry)
     embedder = embedder or make_embedder(settings.embedder)
-    facts = LocalFactStore(settings.storage, settings.limits, embedder.dim, embedder.name)
+    facts = LocalFactStore(
+        settings.storage, settings.limits, embedder.dim, embedder.name, settings.working.turns
+    )
     profiles = DuckDBProfileStore(settings.storage.data_dir / "profile.duckdb", settings.limits)
     llm = StructuredLLM(engine) if engine is not None else None
     sweep_log = SweepLog.for_data_dir(settings.storage.data_dir, settings.sweep.log_keep)

@@ -308,8 +308,8 @@ class ServeSettings(BaseModel):
     ingress_replicas: int = Field(
         default=1,
         ge=1,
-        description="Ingress replicas. Working windows and async ingest jobs live in a replica's memory: "
-        "keep 1 unless clients stick to a replica.",
+        description="Ingress replicas. They hold no state (working windows are in the shards, writes "
+        "in the writer actors): any replica serves any call.",
     )
     embedder_replicas: int = Field(default=1, ge=1, description="Embedder deployment replicas.")
     max_ongoing_requests: int = Field(
@@ -420,6 +420,12 @@ class WriteSettings(BaseModel):
         default=24.0,
         gt=0,
         description="How long the answer to a write call with an Idempotency-Key is kept for its repeats.",
+    )
+    wait_timeout_s: float = Field(
+        default=600.0,
+        gt=0,
+        description="How long an ingress replica waits for a writer's answer to a write it waits for "
+        "(the user's earlier writes and the LLM calls included) before answering 503.",
     )
 
 

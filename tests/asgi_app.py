@@ -12,7 +12,6 @@ from fastapi import FastAPI
 from deployments.api.app import create_api
 from deployments.api.auth import Authenticator
 from deployments.api.idempotency import Replays
-from deployments.api.jobs import JobQueue
 from deployments.api.metrics import Metrics
 from deployments.api.runtime import Runtime
 from memory_core.service import MemoryService
@@ -50,7 +49,6 @@ def local_api(service: MemoryService, health: Callable[[], dict[str, Any]] | Non
             service.facts, service.clock, timedelta(hours=service.settings.write.idempotency_hours)
         ),
         auth=Authenticator(service.settings.serve),
-        jobs=JobQueue(),
         metrics=Metrics(lambda: {}),
         sweeps=LocalSweeps(service),
         health=health or (lambda: {"ok": True}),

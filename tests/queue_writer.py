@@ -81,7 +81,7 @@ def main() -> None:
     if mode == "accept":
         users, turns = int(rest[0]), int(rest[1])
         futures = [
-            writes.submit_turns(f"acme:u{u}", "s", [Turn(role=Role.USER, content=said(u, n))])
+            writes.queue_turns(f"acme:u{u}", "s", [Turn(role=Role.USER, content=said(u, n))]).future
             for n in range(turns)
             for u in range(users)
         ]

@@ -33,13 +33,15 @@ def free_port() -> int:
 
 
 def serve_settings(data_dir: Path, port: int) -> Settings:
-    """Two shards, two tenants (acme may run admin calls) and an operator, no sweep schedule, small
-    sweep batches (so a sweep lasts long enough to kill a shard in the middle of it)."""
+    """Two shards, two ingress replicas (any may take any call), two tenants (acme may run admin
+    calls) and an operator, no sweep schedule, small sweep batches (so a sweep lasts long enough
+    to kill a shard in the middle of it)."""
     return Settings(
         storage=StorageSettings(data_dir=data_dir, shards=2),
         serve=ServeSettings(
             host="127.0.0.1",
             port=port,
+            ingress_replicas=2,
             api_keys=[
                 ApiKey(key=ADMIN_KEY, tenant="acme", admin=True),
                 ApiKey(key=OTHER_KEY, tenant="globex"),

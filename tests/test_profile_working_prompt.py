@@ -17,6 +17,7 @@ from memory_core.prompt import quote, second_person
 from memory_core.service import MemoryService, Remember
 from memory_core.settings import WorkingSettings
 from memory_core.store.profile import DuckDBProfileStore
+from memory_core.store.shard import FactShard
 from memory_core.working import WorkingMemory
 
 NOW = datetime(2026, 4, 1, tzinfo=UTC)
@@ -63,16 +64,18 @@ def test_profile_file_has_one_owner(tmp_path: Path) -> None:
         DuckDBProfileStore(tmp_path / "a-file" / "profile.duckdb")
 
 
-def test_working_window_caps_turns_and_tokens() -> None:
-    memory = WorkingMemory(WorkingSettings(turns=4, token_budget=40))
+def test_working_window_caps_turns_and_tokens(tmp_path: Path) -> None:
+    shard = FactShard(tmp_path / "shard", dim=8, window_turns=4)
+    memory = WorkingMemory(WorkingSettings(turns=4, token_budget=40), shard)
     for i in range(10):
-        memory.append("u", "s", Turn(role=Role.USER, content=f"message number {i}"))
+        memory.append("u", "s", [Turn(role=Role.USER, content=f"message number {i}")])
     assert [t.content for t in memory.window("u", "s")] == [f"message number {i}" for i in range(6, 10)]
-    memory.append("u", "s", Turn(role=Role.USER, content="长" * 34))  # 34 + 4 + 4 > 40: only one older fits
+    memory.append("u", "s", [Turn(role=Role.USER, content="长" * 34)])  # 34 + 4 + 4 > 40: only one older fits
     window = memory.window("u", "s")
     assert window[-1].content == "长" * 34 and len(window) == 2
     assert memory.window("u", "other-session") == [] and memory.window("v", "s") == []
-    assert memory.erase_user("u") == 4 and memory.window("u", "s") == []
+    assert shard.erase_user("u").window_turns == 4 and memory.window("u", "s") == []
+    shard.close()
 
 
 def test_stored_injection_stays_inert_quoted_data(service: MemoryService) -> None:

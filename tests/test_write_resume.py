@@ -127,3 +127,33 @@ def test_a_long_inbox_log_is_rewritten_down_to_what_still_matters(tmp_path: Path
     reopened = FactShard(tmp_path / "shard", dim=8)
     assert reopened.pending_turns() == []
     reopened.close()
+
+
+def test_a_sessions_window_is_kept_in_its_users_shard_across_reopens_and_rewrites(tmp_path: Path) -> None:
+    shard = FactShard(tmp_path / "shard", dim=8, window_turns=3)
+    shard.extend_window("acme:fay", "s", _turns("I brew cider", "from my own apples"))
+    pending = shard.accept_turns("acme:fay", "s", _turns("my orchard has forty trees"), AT)
+    shard.extend_window("acme:gus", "s", _turns("my bike lock code is otter-plum-77"))
+    assert [t.content for t in shard.window("acme:fay", "s")] == [
+        "I brew cider",
+        "from my own apples",
+        "my orchard has forty trees",
+    ]
+    erased = shard.erase_user("acme:gus")  # rewrites the log: windows, then the pending batch
+    assert (erased.window_turns, erased.pending_batches) == (1, 0)
+    shard.close()
+    files = b"".join(p.read_bytes() for p in (tmp_path / "shard").rglob("*") if p.is_file())
+    assert b"otter-plum" not in files
+
+    shard = FactShard(tmp_path / "shard", dim=8, window_turns=3)
+    window = shard.window("acme:fay", "s")
+    assert [t.content for t in window] == ["I brew cider", "from my own apples", "my orchard has forty trees"]
+    assert [b.seq for b in shard.pending_turns()] == [pending] and shard.window("acme:gus", "s") == []
+    shard.turns_done("acme:fay", pending)
+    shard.extend_window("acme:fay", "s", _turns("and a pear tree"))
+    assert [t.content for t in shard.window("acme:fay", "s")][-2:] == [
+        "my orchard has forty trees",
+        "and a pear tree",
+    ]
+    assert len(shard.window("acme:fay", "s")) == 3
+    shard.close()

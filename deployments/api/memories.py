@@ -44,7 +44,7 @@ from memory_core.validation import parse_memory_id
 
 
 def _job_out(rt: Runtime, principal: Principal, job_id: str) -> JobOut:
-    job = rt.jobs.get(principal.tenant, job_id)
+    job = rt.writes.job(principal.tenant, job_id)
     if job is None:
         raise NotFoundError(principal.tenant, [job_id])
     return JobOut(
@@ -107,10 +107,7 @@ def memory_router(rt: Runtime) -> APIRouter:
 
         def accept() -> JobOut:
             # On disk, in the working window and queued when this returns (202).
-            job = rt.jobs.track(
-                principal.tenant, user, writes.submit_turns(user, body.session_id, turns, body.at)
-            )
-            return JobOut(job_id=job.job_id, status="queued")
+            return JobOut(job_id=writes.submit_turns(user, body.session_id, turns, body.at), status="queued")
 
         return replays.respond(request, user, key, body, 202, accept)
 
@@ -144,12 +141,11 @@ def memory_router(rt: Runtime) -> APIRouter:
 
         def reply() -> ChatOut:
             answer = svc.chat(user, body.session_id, body.message, body.k, max_tokens=limits.reply_max_tokens)
-            write = writes.write_after_reply(user, body.session_id, answer.turns)
             return ChatOut(
                 reply=answer.reply,
                 memories=[HitOut.of_hit(h) for h in answer.hits],
                 profile=[ProfileOut.of(e) for e in answer.profile],
-                write_job_id=rt.jobs.track(principal.tenant, user, write).job_id,
+                write_job_id=writes.write_after_reply(user, body.session_id, answer.turns),
             )
 
         return replays.respond(request, user, key, body, 200, reply)
@@ -280,7 +276,7 @@ def memory_router(rt: Runtime) -> APIRouter:
     def erase(user_id: str, principal: Principal = caller) -> EraseOut:
         """Erase every trace of the user: memories and their files, profile, working windows."""
         user = rt.user(principal, user_id)
-        receipt, _ = writes.erase(user)
-        return EraseOut.of(user_id, receipt, rt.jobs.forget_user(user))
+        receipt, jobs = writes.erase(user)
+        return EraseOut.of(user_id, receipt, jobs)
 
     return router

@@ -10,9 +10,6 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from memory_core.llm.structured import StructuredLLM
-from memory_core.write.lanes import WriteLanes
-
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
@@ -30,18 +27,6 @@ class _StatsCollector(Collector):
             for part, value in series.items():
                 family.add_metric([part], value)
             yield family
-
-
-def write_stats(lanes: WriteLanes, llm: StructuredLLM | None) -> dict[str, dict[str, float]]:
-    """Gauges of the write side: queued and running writes, the oldest wait, writes done, LLM
-    calls in flight."""
-    return {
-        "write_jobs_pending": {"ingress": lanes.pending()},
-        "writes_running": {"ingress": lanes.running()},
-        "write_oldest_pending_seconds": {"ingress": lanes.oldest_pending_s()},
-        "writes_completed": {"ingress": lanes.completed()},
-        "llm_calls_in_flight": {"ingress": llm.in_flight if llm is not None else 0},
-    }
 
 
 class Metrics:

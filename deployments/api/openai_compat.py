@@ -85,10 +85,10 @@ def openai_router(rt: Runtime) -> APIRouter:
         answer = svc.chat(
             user, "openai", question, history=window, instructions=instructions, max_tokens=min(wanted, cap)
         )
-        job = rt.jobs.track(principal.tenant, user, rt.writes.write_after_reply(user, "openai", answer.turns))
+        job_id = rt.writes.write_after_reply(user, "openai", answer.turns)
         completion_id = "chatcmpl-" + secrets.token_hex(12)
         created = int(time.time())
-        extension = {"memories": [h.fact.text for h in answer.hits], "write_job_id": job.job_id}
+        extension = {"memories": [h.fact.text for h in answer.hits], "write_job_id": job_id}
         if body.stream:
             return StreamingResponse(
                 _stream(completion_id, created, body.model, answer.reply, extension),

@@ -9,13 +9,12 @@ from typing import Any, Protocol
 
 from deployments.api.auth import Authenticator, Principal
 from deployments.api.idempotency import Replays
-from deployments.api.jobs import JobQueue
 from deployments.api.metrics import Metrics
 from memory_core.service import MemoryService
 from memory_core.settings import Settings
 from memory_core.sweep import SweepRecord
 from memory_core.tenancy import scoped_user_id
-from memory_core.write.writes import UserWrites
+from memory_core.write.writes import Writes
 
 
 class SweepControl(Protocol):
@@ -33,14 +32,13 @@ class SweepControl(Protocol):
 
 @dataclass
 class Runtime:
-    """One ingress replica's state."""
+    """What one ingress replica works with (it keeps no state of its own)."""
 
     settings: Settings
     service: MemoryService
-    writes: UserWrites  # every write of a user, in that user's lane
+    writes: Writes  # every write of a user, in that user's lane, and the records of queued ones
     replays: Replays  # answers to repeated write calls (Idempotency-Key)
     auth: Authenticator
-    jobs: JobQueue
     metrics: Metrics
     sweeps: SweepControl
     health: Callable[[], dict[str, Any]]

@@ -208,7 +208,7 @@ def ui_router(rt: Runtime, sessions: Sessions) -> APIRouter:
             returned = {h.fact.id for h in svc.recall(uid, q)}
             candidates = svc.recall(uid, q, k=_SEARCH_CANDIDATES, threshold=float("-inf"))
             search = [(hit, hit.fact.id in returned) for hit in candidates]
-        jobs = rt.jobs.of_user(session.principal.tenant, uid, _JOBS_SHOWN)
+        jobs = rt.writes.jobs_of(session.principal.tenant, uid, _JOBS_SHOWN)
         return _page(
             "user.html",
             session=session,
@@ -296,7 +296,6 @@ def ui_router(rt: Runtime, sessions: Sessions) -> APIRouter:
         if confirm.strip() != user_id:
             return erase_form(session, user_id, "The id typed is not this user's: nothing was erased.")
         rt.writes.erase(uid)
-        rt.jobs.forget_user(uid)
         return _back("/ui/users", notice="erased")
 
     @router.get("/sweeps")

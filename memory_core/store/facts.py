@@ -13,10 +13,10 @@ import numpy as np
 from memory_core.errors import ConfigError, InvalidVectorError, StorageError, ValidationError
 from memory_core.models import Fact, NewFact, Turn
 from memory_core.routing import shard_of
-from memory_core.settings import LimitSettings, StorageSettings
+from memory_core.settings import LimitSettings, StorageSettings, WorkingSettings
 from memory_core.store.fsutil import write_atomically
 from memory_core.store.inbox import PendingTurns, StoredAnswer
-from memory_core.store.shard import FactShard
+from memory_core.store.shard import FactShard, UserErasure
 
 _MANIFEST = "longmem.json"
 _FORMAT = 1
@@ -62,8 +62,16 @@ class UserFacts(Protocol):
         with how many facts it stores (superseded ones included)."""
         ...
 
-    def erase_user(self, user_id: str) -> int:
-        """Remove every trace of the user's facts and pending turns; returns how many facts went."""
+    def erase_user(self, user_id: str) -> UserErasure:
+        """Remove every trace of the user's facts, pending turns and working windows."""
+        ...
+
+    def extend_window(self, user_id: str, session_id: str, turns: Sequence[Turn]) -> None:
+        """Add turns to a session's working window, durably, in the user's shard."""
+        ...
+
+    def window(self, user_id: str, session_id: str) -> list[Turn]:
+        """The session's last turns, oldest first."""
         ...
 
     def accept_turns(self, user_id: str, session_id: str, turns: Sequence[Turn], at: datetime) -> int:
@@ -242,10 +250,18 @@ class ShardedFactStore:
         merged = [user for shard in self.shards for user in shard.users(tenant, after, limit)]
         return sorted(merged)[:limit]
 
-    def erase_user(self, user_id: str) -> int:
-        """Remove the user's facts and pending turns, and compact their shard so no old file
-        holds them."""
+    def erase_user(self, user_id: str) -> UserErasure:
+        """Remove the user's facts, pending turns and windows, and compact their shard so no
+        old file holds them."""
         return self._shard(user_id).erase_user(user_id)
+
+    def extend_window(self, user_id: str, session_id: str, turns: Sequence[Turn]) -> None:
+        """Add turns to a session's working window in the user's shard."""
+        self._shard(user_id).extend_window(user_id, session_id, turns)
+
+    def window(self, user_id: str, session_id: str) -> list[Turn]:
+        """The session's last turns, from the user's shard."""
+        return self._shard(user_id).window(user_id, session_id)
 
     def accept_turns(self, user_id: str, session_id: str, turns: Sequence[Turn], at: datetime) -> int:
         """Keep turns for a later write in the user's shard; see :meth:`FactShard.accept_turns`."""
@@ -286,8 +302,16 @@ def shard_dir(data_dir: Path, shard_no: int) -> Path:
 class LocalFactStore(ShardedFactStore):
     """All shards of a data dir, open in this process."""
 
-    def __init__(self, storage: StorageSettings, limits: LimitSettings, dim: int, embedder: str) -> None:
-        """Open every shard of ``storage.data_dir`` (creating the layout on first use).
+    def __init__(
+        self,
+        storage: StorageSettings,
+        limits: LimitSettings,
+        dim: int,
+        embedder: str,
+        window_turns: int = WorkingSettings().turns,
+    ) -> None:
+        """Open every shard of ``storage.data_dir`` (creating the layout on first use), each
+        session's working window keeping ``window_turns`` turns.
 
         Raises:
             ConfigError: the data dir belongs to other settings.
@@ -297,7 +321,7 @@ class LocalFactStore(ShardedFactStore):
         self.dim = dim
         super().__init__(
             [
-                FactShard(shard_dir(storage.data_dir, i), dim, limits, storage.snapshot_every)
+                FactShard(shard_dir(storage.data_dir, i), dim, limits, storage.snapshot_every, window_turns)
                 for i in range(storage.shards)
             ],
             limits,

@@ -1,14 +1,16 @@
 """A shard's inbox: conversation turns accepted for a later write, on disk before they are
-acknowledged, until the write path has written them; and the answers given to write calls
+acknowledged, until the write path has written them; the working window of each session (its
+last turns, whichever ingress replica received them); and the answers given to write calls
 with an idempotency key, for their repeats.
 
 It is a log of its own beside the shard's fact log (``<shard>/inbox/wal-N.log``, the same record
-format): a ``TURNS_ACCEPTED`` record holds a batch of turns with its sequence number, a
-``TURNS_DONE`` record ends it, an ``ANSWER`` record keeps an answer. Whatever is accepted and
+format): a ``TURNS_ACCEPTED`` record holds a batch of turns with its sequence number (its turns
+join their session's window too), a ``TURNS_DONE`` record ends it, a ``WINDOW`` record holds
+turns that only join a window, an ``ANSWER`` record keeps an answer. Whatever is accepted and
 not done when a process dies is pending when the shard opens again. Rewriting the log keeps
-only the pending batches and the answers still kept, in a new segment written whole before
-the old ones go, so a crash in the middle loses nothing and revives nothing done. The log is
-rewritten on every erase, and when it holds over twice the records that still matter.
+only the windows, the pending batches and the answers still kept, in a new segment written
+whole before the old ones go, so a crash in the middle loses nothing and revives nothing done.
+The log is rewritten on every erase, and when it holds over twice the records that still matter.
 """
 
 from __future__ import annotations
@@ -16,9 +18,11 @@ from __future__ import annotations
 import json
 import struct
 import threading
+from collections import OrderedDict, deque
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from memory_core.errors import CorruptionError
 from memory_core.models import Role, Turn, as_utc
@@ -27,6 +31,7 @@ from memory_core.store.fsutil import fsync_dir
 
 _SEQ = struct.Struct("<Q")
 _COMPACT_AFTER = 4096  # records in the log before it may be rewritten
+_MAX_SESSIONS = 10_000  # windows kept per shard; the least recently used session goes first
 
 
 @dataclass(frozen=True)
@@ -52,23 +57,30 @@ class PendingTurns:
     at: datetime  # when they were received
 
 
-def _encode(batch: PendingTurns) -> bytes:
-    turns = [
+@dataclass(frozen=True)
+class InboxErasure:
+    """What erasing a user took from a shard's inbox."""
+
+    batches: int  # accepted turn batches not written yet
+    window_turns: int  # turns of the user's working windows
+
+
+def _encode_turns(user_id: str, session_id: str, turns: tuple[Turn, ...], **more: object) -> bytes:
+    listed = [
         {
             "role": t.role.value,
             "content": t.content,
             "at": t.at.isoformat() if t.at else None,
             "turn_id": t.turn_id,
         }
-        for t in batch.turns
+        for t in turns
     ]
-    body = {"seq": batch.seq, "user": batch.user_id, "session": batch.session_id, "at": batch.at.isoformat()}
-    return json.dumps({**body, "turns": turns}, ensure_ascii=False).encode("utf-8")
+    body = {**more, "user": user_id, "session": session_id, "turns": listed}
+    return json.dumps(body, ensure_ascii=False).encode("utf-8")
 
 
-def _decode(payload: bytes) -> PendingTurns:
-    raw = json.loads(payload)
-    turns = tuple(
+def _decode_turns(raw: dict[str, Any]) -> tuple[Turn, ...]:
+    return tuple(
         Turn(
             role=Role(t["role"]),
             content=t["content"],
@@ -77,8 +89,16 @@ def _decode(payload: bytes) -> PendingTurns:
         )
         for t in raw["turns"]
     )
+
+
+def _encode(batch: PendingTurns) -> bytes:
+    return _encode_turns(batch.user_id, batch.session_id, batch.turns, seq=batch.seq, at=batch.at.isoformat())
+
+
+def _decode(payload: bytes) -> PendingTurns:
+    raw = json.loads(payload)
     return PendingTurns(
-        raw["seq"], raw["user"], raw["session"], turns, as_utc(datetime.fromisoformat(raw["at"]))
+        raw["seq"], raw["user"], raw["session"], _decode_turns(raw), as_utc(datetime.fromisoformat(raw["at"]))
     )
 
 
@@ -92,10 +112,12 @@ def _decode_answer(payload: bytes) -> StoredAnswer:
 
 
 class TurnInbox:
-    """The pending turn batches of one shard's users, and the answers kept for repeated calls."""
+    """The pending turn batches of one shard's users, their sessions' working windows, and the
+    answers kept for repeated calls."""
 
-    def __init__(self, directory: Path) -> None:
-        """Open (or create) the inbox and replay its log.
+    def __init__(self, directory: Path, window_turns: int) -> None:
+        """Open (or create) the inbox and replay its log; each session's window keeps its last
+        ``window_turns`` turns.
 
         Raises:
             CorruptionError: a damaged record that is not a torn tail.
@@ -106,6 +128,8 @@ class TurnInbox:
         self._lock = threading.Lock()
         self._pending: dict[int, PendingTurns] = {}
         self._answers: dict[tuple[str, str], StoredAnswer] = {}  # oldest first
+        self._windows: OrderedDict[tuple[str, str], deque[Turn]] = OrderedDict()  # least recent first
+        self._window_turns = window_turns
         self._records = 0
         next_seq = 0
         seqs = wal.list_segments(directory)
@@ -115,7 +139,11 @@ class TurnInbox:
                 if record.op is wal.Op.TURNS_ACCEPTED:
                     batch = _decode(record.payload)
                     self._pending[batch.seq] = batch
+                    self._join_window(batch.user_id, batch.session_id, batch.turns)
                     next_seq = max(next_seq, batch.seq + 1)
+                elif record.op is wal.Op.WINDOW:
+                    raw = json.loads(record.payload)
+                    self._join_window(raw["user"], raw["session"], _decode_turns(raw))
                 elif record.op is wal.Op.TURNS_DONE:
                     [seq] = _SEQ.unpack(record.payload)
                     self._pending.pop(seq, None)
@@ -141,7 +169,33 @@ class TurnInbox:
             self._next_seq += 1
             self._records += 1
             self._pending[batch.seq] = batch
+            self._join_window(user_id, session_id, turns)
             return batch.seq
+
+    def extend_window(self, user_id: str, session_id: str, turns: tuple[Turn, ...]) -> None:
+        """Add turns to the end of a session's working window, durably, without a write.
+
+        Raises:
+            StorageError: not written; the window is as before.
+        """
+        with self._lock:
+            self._writer.append(wal.Op.WINDOW, _encode_turns(user_id, session_id, turns))
+            self._records += 1
+            self._join_window(user_id, session_id, turns)
+            self._maybe_rewrite()
+
+    def window(self, user_id: str, session_id: str) -> list[Turn]:
+        """The session's last turns, oldest first (empty for a session never seen or evicted)."""
+        with self._lock:
+            return list(self._windows.get((user_id, session_id), ()))
+
+    def _join_window(self, user_id: str, session_id: str, turns: tuple[Turn, ...]) -> None:
+        key = (user_id, session_id)
+        window = self._windows.pop(key, None) or deque(maxlen=self._window_turns)
+        window.extend(turns)
+        self._windows[key] = window
+        while len(self._windows) > _MAX_SESSIONS:
+            self._windows.popitem(last=False)
 
     def done(self, seq: int) -> None:
         """Mark a batch written (durably); unknown or already-done numbers are ignored.
@@ -187,29 +241,41 @@ class TurnInbox:
         with self._lock:
             return [self._pending[seq] for seq in sorted(self._pending)]
 
-    def erase_user(self, user_id: str) -> int:
-        """Drop the user's pending batches and every byte of them on disk; returns how many went.
+    def erase_user(self, user_id: str) -> InboxErasure:
+        """Drop the user's pending batches and windows, and every byte of them on disk.
 
         Raises:
             StorageError: the log could not be rewritten; nothing changed.
         """
         with self._lock:
-            count = sum(batch.user_id == user_id for batch in self._pending.values())
+            erased = InboxErasure(
+                batches=sum(batch.user_id == user_id for batch in self._pending.values()),
+                window_turns=sum(len(w) for (user, _), w in self._windows.items() if user == user_id),
+            )
             self._rewrite(without=user_id)
-            return count
+            return erased
 
     def _maybe_rewrite(self) -> None:
-        # Most of a long log is batches done and answers forgotten: keep it within twice what lives.
-        live = len(self._pending) + len(self._answers)
+        # Most of a long log is batches done, turns gone from windows and answers forgotten:
+        # keep it within twice what lives.
+        live = len(self._pending) + len(self._answers) + len(self._windows)
         if self._records >= _COMPACT_AFTER and self._records > 2 * live:
             self._rewrite(without=None)
 
     def _rewrite(self, without: str | None) -> None:
         keep = [b for _, b in sorted(self._pending.items()) if b.user_id != without]
         answers = {k: a for k, a in self._answers.items() if a.user_id != without}  # order kept
+        windows = OrderedDict((k, w) for k, w in self._windows.items() if k[0] != without)
         old = wal.list_segments(self.directory)
         fresh = wal.WalWriter(self.directory, self._writer.seq + 1)
         try:
+            # A window's turns that a pending batch holds join it again when the batch is
+            # replayed, after the others (a user's writes run in order: they came last).
+            pending = {id(turn) for batch in keep for turn in batch.turns}
+            for (user_id, session_id), window in windows.items():
+                written = tuple(t for t in window if id(t) not in pending)
+                if written:
+                    fresh.append(wal.Op.WINDOW, _encode_turns(user_id, session_id, written))
             for batch in keep:
                 fresh.append(wal.Op.TURNS_ACCEPTED, _encode(batch))
             for answer in answers.values():
@@ -225,7 +291,8 @@ class TurnInbox:
         fsync_dir(self.directory)
         self._pending = {b.seq: b for b in keep}
         self._answers = answers
-        self._records = len(keep) + len(answers)
+        self._windows = windows
+        self._records = len(keep) + len(answers) + len(windows)
 
     def close(self) -> None:
         """Close the log file."""

@@ -24,7 +24,7 @@ import pyarrow as pa
 
 from memory_core.errors import CorruptionError, NotFoundError, StorageError, ValidationError
 from memory_core.models import Fact, NewFact, Turn, as_utc
-from memory_core.settings import LimitSettings
+from memory_core.settings import LimitSettings, WorkingSettings
 from memory_core.store import snapshot as snap
 from memory_core.store import wal
 from memory_core.store.arrow_codec import (
@@ -38,6 +38,15 @@ from memory_core.store.fsutil import TEMP_SUFFIX, lock_directory
 from memory_core.store.inbox import PendingTurns, StoredAnswer, TurnInbox
 from memory_core.store.partitions import Partitions
 from memory_core.validation import check_text, check_user_id, check_vectors
+
+
+@dataclass(frozen=True)
+class UserErasure:
+    """What erasing a user took from a shard."""
+
+    facts: int
+    pending_batches: int  # accepted turn batches not written yet
+    window_turns: int  # turns of the user's working windows
 
 
 @dataclass(frozen=True)
@@ -63,8 +72,10 @@ class FactShard:
         dim: int,
         limits: LimitSettings | None = None,
         snapshot_every: int = 50_000,
+        window_turns: int = WorkingSettings().turns,
     ) -> None:
-        """Open (or create) the shard in ``directory``, recovering from snapshot + log.
+        """Open (or create) the shard in ``directory``, recovering from snapshot + log; each
+        session's working window keeps its last ``window_turns`` turns.
 
         Raises:
             CorruptionError: the log is damaged where acknowledged data could be lost, or the
@@ -93,7 +104,7 @@ class FactShard:
         try:
             self.recovery = self._recover()
             self._wal = wal.WalWriter(directory, self._current_seq)
-            self._inbox = TurnInbox(directory / "inbox")
+            self._inbox = TurnInbox(directory / "inbox", window_turns)
         except StorageError:
             self._dir_lock.close()
             raise
@@ -334,8 +345,9 @@ class FactShard:
         with self._lock:
             return self._mem.count_due(as_utc(now), tenant)
 
-    def erase_user(self, user_id: str) -> int:
-        """Remove every trace of ``user_id``: their facts, and every file that ever held them.
+    def erase_user(self, user_id: str) -> UserErasure:
+        """Remove every trace of ``user_id``: their facts, pending turns and working windows, and
+        every file that ever held them.
 
         The shard is compacted whether or not the user has facts left, since the text of facts
         already deleted, expired or superseded still sits in older log segments and in the
@@ -344,7 +356,7 @@ class FactShard:
         is erasing once.
 
         Returns:
-            How many facts were deleted (0 when the user had none left).
+            How much was deleted (0 facts when the user had none left).
 
         Raises:
             StorageError: the compaction was not written; the user is as before. Or old files
@@ -352,9 +364,9 @@ class FactShard:
         """
         with self._lock:
             count = len(self._mem.user_facts(user_id))
-            self._inbox.erase_user(user_id)
+            inbox = self._inbox.erase_user(user_id)
             self._write_snapshot(purge=True, without=user_id)
-            return count
+            return UserErasure(facts=count, pending_batches=inbox.batches, window_turns=inbox.window_turns)
 
     # ----------------------------------------------------------------- turn inbox
 
@@ -365,6 +377,18 @@ class FactShard:
             StorageError: not written; nothing was accepted.
         """
         return self._inbox.accept(user_id, session_id, tuple(turns), at)
+
+    def extend_window(self, user_id: str, session_id: str, turns: Sequence[Turn]) -> None:
+        """Add turns to a session's working window, durably, without a write.
+
+        Raises:
+            StorageError: not written; the window is as before.
+        """
+        self._inbox.extend_window(user_id, session_id, tuple(turns))
+
+    def window(self, user_id: str, session_id: str) -> list[Turn]:
+        """The session's last turns, oldest first."""
+        return self._inbox.window(user_id, session_id)
 
     def turns_done(self, user_id: str, seq: int) -> None:
         """Mark one of ``user_id``'s accepted batches written.

@@ -34,6 +34,7 @@ class Op(IntEnum):
     TURNS_ACCEPTED = 5  # a turn inbox's (memory_core.store.inbox): a batch of turns, JSON
     TURNS_DONE = 6  # a turn inbox's: uint64 sequence number of a batch written
     ANSWER = 7  # a turn inbox's: the answer given to a write call with an Idempotency-Key, JSON
+    WINDOW = 8  # a turn inbox's: turns joining a session's working window without a write, JSON
 
 
 @dataclass(frozen=True)

@@ -2,22 +2,84 @@
 
 The service does the writing; this object decides when: one write of a user at a time, in the
 order they arrived, with different users written in parallel (:class:`WriteLanes`). Reads
-(recall, prompts, listings) do not queue.
+(recall, prompts, listings) do not queue. :class:`Writes` is what the API needs of it; under
+Serve each shard's users are written by that shard's writer actor (``deployments.writers``),
+which holds one of these.
 """
 
 from __future__ import annotations
 
 import secrets
 from collections.abc import Sequence
-from concurrent.futures import Future
 from datetime import datetime
+from typing import Protocol
 
 from memory_core.models import Fact, ProfileEntry, Role, Turn
 from memory_core.service import EraseReceipt, MemoryService, Remember
+from memory_core.store.inbox import PendingTurns
 from memory_core.store.profile import learned_source
+from memory_core.tenancy import tenant_of
 from memory_core.write.forget import ForgetResult
+from memory_core.write.jobs import Job, JobQueue, JobView
 from memory_core.write.lanes import WriteLanes
 from memory_core.write.pipeline import TurnOutcome
+
+
+class Writes(Protocol):
+    """Every write of a user, each in the user's lane, and the records of queued ones."""
+
+    def ingest(
+        self, user_id: str, session_id: str, turns: Sequence[Turn], at: datetime | None = None
+    ) -> list[TurnOutcome]:
+        """Write turns now (see :meth:`MemoryService.ingest`), after the user's queued writes."""
+        ...
+
+    def submit_turns(
+        self, user_id: str, session_id: str, turns: Sequence[Turn], at: datetime | None = None
+    ) -> str:
+        """Accept turns durably for a later write; the id of its job."""
+        ...
+
+    def write_after_reply(self, user_id: str, session_id: str, turns: Sequence[Turn]) -> str:
+        """Accept a chat reply's turns durably for their write; the id of its job."""
+        ...
+
+    def job(self, tenant: str, job_id: str) -> JobView | None:
+        """A write job of ``tenant``."""
+        ...
+
+    def jobs_of(self, tenant: str, user_id: str, limit: int) -> list[JobView]:
+        """The user's newest write jobs, newest first."""
+        ...
+
+    def remember(self, user_id: str, items: Sequence[Remember], at: datetime | None = None) -> list[Fact]:
+        """Store facts as given."""
+        ...
+
+    def forget(self, user_id: str, utterance: str, at: datetime | None = None) -> ForgetResult:
+        """Forget what a request names."""
+        ...
+
+    def forget_ids(self, user_id: str, fact_ids: Sequence[int]) -> list[int]:
+        """Delete memories by id."""
+        ...
+
+    def set_preference(self, user_id: str, text: str, source: str, key: str | None = None) -> ProfileEntry:
+        """Add or replace a profile entry."""
+        ...
+
+    def delete_preference(self, user_id: str, key: str) -> None:
+        """Delete a profile entry."""
+        ...
+
+    def erase(self, user_id: str) -> tuple[EraseReceipt, int]:
+        """Cancel the user's queued writes and erase every trace; the receipt and how many job
+        records went."""
+        ...
+
+    def stats(self) -> dict[str, dict[str, float]]:
+        """Gauges of the write side, by metric name and writer."""
+        ...
 
 
 def _numbered(turns: Sequence[Turn]) -> tuple[Turn, ...]:
@@ -27,11 +89,16 @@ def _numbered(turns: Sequence[Turn]) -> tuple[Turn, ...]:
 
 
 class UserWrites:
-    """The service's writes, each in its user's lane."""
+    """The service's writes, each in its user's lane (a :class:`Writes` in this process)."""
 
-    def __init__(self, service: MemoryService, lanes: WriteLanes) -> None:
+    def __init__(
+        self, service: MemoryService, lanes: WriteLanes, jobs: JobQueue | None = None, label: str = "local"
+    ) -> None:
+        """``label`` names this writer in the metrics."""
         self.service = service
         self.lanes = lanes
+        self.jobs = jobs or JobQueue()
+        self._label = label
 
     def ingest(
         self, user_id: str, session_id: str, turns: Sequence[Turn], at: datetime | None = None
@@ -43,7 +110,13 @@ class UserWrites:
 
     def submit_turns(
         self, user_id: str, session_id: str, turns: Sequence[Turn], at: datetime | None = None
-    ) -> Future[list[TurnOutcome]]:
+    ) -> str:
+        """:meth:`queue_turns`; the id of the job to poll."""
+        return self.queue_turns(user_id, session_id, turns, at).job_id
+
+    def queue_turns(
+        self, user_id: str, session_id: str, turns: Sequence[Turn], at: datetime | None = None
+    ) -> Job:
         """Accept turns for a later write: checked, on disk in the user's shard (the answer may
         say "accepted" once this returns), in the session's window, and queued in the user's lane.
 
@@ -58,28 +131,30 @@ class UserWrites:
         svc = self.service
         svc.check_turns(user_id, turns)
         self.lanes.check_room()
-        numbered = _numbered(turns)
-        future = self._accept(user_id, session_id, numbered, at or svc.clock.now())
-        svc.accept_turns(user_id, session_id, numbered)
-        return future
+        return self._accept(user_id, session_id, _numbered(turns), at or svc.clock.now())
 
-    def write_after_reply(
-        self, user_id: str, session_id: str, turns: Sequence[Turn]
-    ) -> Future[list[TurnOutcome]]:
-        """Accept the turns of a chat reply already given (already in the window) for their write;
-        never refused for a full queue, since the reply was given.
+    def write_after_reply(self, user_id: str, session_id: str, turns: Sequence[Turn]) -> str:
+        """Accept the turns of a chat reply already given for their write (and the session's
+        window); never refused for a full queue, since the reply was given. The job's id.
 
         Raises:
             StorageError: the turns could not be made durable.
         """
         numbered = _numbered(turns)
-        return self._accept(user_id, session_id, numbered, numbered[0].at or self.service.clock.now())
+        return self._accept(user_id, session_id, numbered, numbered[0].at or self.service.clock.now()).job_id
 
-    def _accept(
-        self, user_id: str, session_id: str, turns: tuple[Turn, ...], at: datetime
-    ) -> Future[list[TurnOutcome]]:
+    def _accept(self, user_id: str, session_id: str, turns: tuple[Turn, ...], at: datetime) -> Job:
         seq = self.service.facts.accept_turns(user_id, session_id, turns, at)
-        return self.lanes.submit(user_id, lambda: self._write(user_id, seq, turns, at), bounded=False)
+        future = self.lanes.submit(user_id, lambda: self._write(user_id, seq, turns, at), bounded=False)
+        return self.jobs.track(tenant_of(user_id), user_id, future)
+
+    def job(self, tenant: str, job_id: str) -> JobView | None:
+        """A write job of ``tenant`` (another tenant's job id is unknown to it)."""
+        return self.jobs.get(tenant, job_id)
+
+    def jobs_of(self, tenant: str, user_id: str, limit: int) -> list[JobView]:
+        """The newest ``limit`` write jobs of one of ``tenant``'s users, newest first."""
+        return self.jobs.of_user(tenant, user_id, limit)
 
     def _write(
         self, user_id: str, seq: int, turns: tuple[Turn, ...], at: datetime, resumed: bool = False
@@ -100,17 +175,15 @@ class UserWrites:
         svc.facts.turns_done(user_id, seq)
         return outcomes
 
-    def resume(self) -> int:
-        """Queue the write of every batch accepted and not written when the last process stopped
-        (each user's in the order accepted), and put its turns back in their windows.
+    def resume(self, batches: Sequence[PendingTurns] | None = None) -> int:
+        """Queue the write of the batches accepted and not written when the last process stopped
+        (each user's in the order accepted): ``batches``, or every shard's.
 
         Returns:
             How many batches were queued.
         """
-        batches = self.service.facts.pending_turns()
+        batches = self.service.facts.pending_turns() if batches is None else batches
         for batch in batches:
-            for turn in batch.turns:
-                self.service.add_turn(batch.user_id, batch.session_id, turn)
             self.lanes.submit(
                 batch.user_id,
                 lambda b=batch: self._write(b.user_id, b.seq, b.turns, b.at, resumed=True),  # type: ignore[misc]
@@ -139,11 +212,22 @@ class UserWrites:
         self.lanes.run(user_id, lambda: self.service.delete_preference(user_id, key))
 
     def erase(self, user_id: str) -> tuple[EraseReceipt, int]:
-        """Cancel the user's queued writes, wait for the running one, then erase every trace:
-        nothing queued before the erase is written after it.
+        """Cancel the user's queued writes, wait for the running one, then erase every trace,
+        job records included: nothing queued before the erase is written after it.
 
         Returns:
-            The receipt, and how many queued writes were cancelled.
+            The receipt, and how many job records went (their results held memory text).
         """
-        cancelled, receipt = self.lanes.run_alone(user_id, lambda: self.service.erase(user_id))
-        return receipt, cancelled
+        _, receipt = self.lanes.run_alone(user_id, lambda: self.service.erase(user_id))
+        return receipt, self.jobs.forget_user(user_id)
+
+    def stats(self) -> dict[str, dict[str, float]]:
+        """Gauges: queued and running writes, the oldest wait, writes done, LLM calls in flight."""
+        lanes, llm, label = self.lanes, self.service.llm, self._label
+        return {
+            "write_jobs_pending": {label: lanes.pending()},
+            "writes_running": {label: lanes.running()},
+            "write_oldest_pending_seconds": {label: lanes.oldest_pending_s()},
+            "writes_completed": {label: lanes.completed()},
+            "llm_calls_in_flight": {label: llm.in_flight if llm is not None else 0},
+        }
