@@ -122,6 +122,7 @@ def table(
     engine: LLMEngine, embedder: Embedder, turns: int, user_counts: tuple[int, ...]
 ) -> list[dict[str, Any]]:
     """Turns/s with each number of users, lanes (one worker per user) against the serial queue."""
+    run(engine, embedder, 1, 2, concurrency=1)  # warm-up: the first calls load weights and caches
     rows = []
     for users in user_counts:
         serial = run(engine, embedder, users, turns, concurrency=1)

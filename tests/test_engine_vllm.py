@@ -10,7 +10,9 @@ re-import pytest's own ``__main__``, which is guarded, so no test code runs twic
 from __future__ import annotations
 
 import importlib.util
+import json
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -82,3 +84,34 @@ def test_name_names_the_model(engine: VLLMEngine, model_dir: Path) -> None:
 def test_missing_model_dir_is_unavailable(tmp_path: Path) -> None:
     with pytest.raises(LLMUnavailableError, match="not an HF model directory"):
         VLLMEngine(tmp_path)
+
+
+def test_calls_from_many_threads_run_at_once_and_each_gets_its_own_answer(engine: VLLMEngine) -> None:
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    asks = [f"Reply with JSON whose n is {n}." for n in range(12)]
+
+    def ask(text: str) -> str:
+        return engine.complete_json([ChatMessage(role="user", content=text)], schema, max_tokens=16).text
+
+    with ThreadPoolExecutor(max_workers=len(asks)) as pool:
+        answers = list(pool.map(ask, asks))
+    serial = [ask(text) for text in asks]
+    # Batched with the others, each request is decoded as it is alone (greedy decoding).
+    assert answers == serial and all(json.loads(a).keys() == {"n"} for a in answers)
+    choices = ["yes", "no"]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        picked = list(
+            pool.map(
+                lambda t: engine.complete_choice([ChatMessage(role="user", content=t)], choices).text,
+                asks[:4],
+            )
+        )
+    assert all(p in choices for p in picked)
+
+
+def test_a_closed_engine_refuses_calls(model_dir: Path) -> None:
+    closed = VLLMEngine(model_dir, max_model_len=512, kv_cache_bytes=64 << 20)
+    closed.close()
+    closed.close()  # twice is once
+    with pytest.raises(LLMUnavailableError, match="closed"):
+        closed.complete_text([ChatMessage(role="user", content="hi")], max_tokens=4)
