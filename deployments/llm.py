@@ -18,8 +18,8 @@ from memory_core.settings import LLMSettings
 @serve.deployment(name="llm")
 class LLMDeployment:
     """Owns one engine built from the settings. Calls run on worker threads, up to
-    ``llm.max_concurrent_calls`` at once, so an engine that batches (an OpenAI-compatible server)
-    gets them together; an engine that serialises its own calls takes them one at a time."""
+    ``llm.max_concurrent_calls`` at once, so an engine that batches (vLLM's async engine, an
+    OpenAI-compatible server) gets them together; llama.cpp in-process takes them one at a time."""
 
     def __init__(self, settings: LLMSettings) -> None:
         self._engine = make_engine(settings)
