@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import ray
 from ray import serve
@@ -51,8 +52,14 @@ def build_app(settings: Settings) -> Application:
         max_ongoing_requests=serve_cfg.max_ongoing_requests,
         ray_actor_options={**cpu0, "num_gpus": llm_gpus(settings)},
     ).bind(settings.llm)
+    scaling = serve_cfg.ingress_autoscaling
+    replicas: dict[str, Any] = (
+        {"num_replicas": serve_cfg.ingress_replicas}
+        if scaling is None
+        else {"autoscaling_config": scaling.model_dump()}
+    )
     return Ingress.options(
-        num_replicas=serve_cfg.ingress_replicas,
+        **replicas,
         max_ongoing_requests=serve_cfg.max_ongoing_requests,
         ray_actor_options=cpu0,
     ).bind(settings, embedder, llm)

@@ -183,7 +183,7 @@ def open_writers(settings: Settings, embedder: DeploymentHandle, llm: Deployment
     may send it.
     """
     remote = ray.remote(WriterActor)
-    concurrency = settings.serve.max_ongoing_requests * settings.serve.ingress_replicas + 16
+    concurrency = settings.serve.max_ongoing_requests * settings.serve.most_ingress_replicas + 16
     clients = []
     for shard_no in range(settings.storage.shards):
         options = {

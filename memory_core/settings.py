@@ -283,6 +283,22 @@ class ApiKey(BaseModel):
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
+class AutoscalingSettings(BaseModel):
+    """Serve autoscaling of the ingress deployment (its replicas hold no state)."""
+
+    min_replicas: int = Field(default=1, ge=1, description="Fewest ingress replicas.")
+    max_replicas: int = Field(default=4, ge=1, description="Most ingress replicas.")
+    target_ongoing_requests: float = Field(
+        default=32, gt=0, description="Requests in flight per replica Serve scales towards."
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> AutoscalingSettings:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(f"min_replicas {self.min_replicas} is above max_replicas {self.max_replicas}")
+        return self
+
+
 class ServeSettings(BaseModel):
     """The Ray Serve application: HTTP API, deployments, shard actors."""
 
@@ -310,6 +326,10 @@ class ServeSettings(BaseModel):
         ge=1,
         description="Ingress replicas. They hold no state (working windows are in the shards, writes "
         "in the writer actors): any replica serves any call.",
+    )
+    ingress_autoscaling: AutoscalingSettings | None = Field(
+        default=None,
+        description="Autoscale the ingress between these bounds (ingress_replicas is then unused).",
     )
     embedder_replicas: int = Field(default=1, ge=1, description="Embedder deployment replicas.")
     max_ongoing_requests: int = Field(
@@ -376,6 +396,12 @@ class ServeSettings(BaseModel):
         description="Send the inspector's session cookie over HTTPS only. None: when the sign-in came over "
         "HTTPS (set true behind a proxy that ends TLS).",
     )
+
+    @property
+    def most_ingress_replicas(self) -> int:
+        """How many ingress replicas may run at once."""
+        scaling = self.ingress_autoscaling
+        return scaling.max_replicas if scaling is not None else self.ingress_replicas
 
     @model_validator(mode="after")
     def _auth_is_never_silently_off(self) -> ServeSettings:

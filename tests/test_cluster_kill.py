@@ -1,7 +1,9 @@
 """kill -9 of every process of a running ``longmem serve`` (driver, GCS, raylet, Serve proxy,
-replicas, shard and profile actors) while clients are writing and turns answered 202 wait for
-their write; ``longmem serve`` again on the same data dir holds every acknowledged fact and
-profile entry, each once, and writes every accepted turn, each once.
+replicas, shard, profile and writer actors) while clients are writing and turns answered 202
+wait for their write; ``longmem serve`` again on the same data dir holds every acknowledged
+fact and profile entry, each once, and writes every accepted turn, each once. And kill -9 of
+one of two ingress replicas, then of a writer, with 1,000 accepted turns of 100 users pending:
+each is written once, each user's in order, with no restart of the app.
 
 The app runs as its own process with its own local Ray (``RAY_ADDRESS=local``), so the kill
 does not touch the Ray instance other tests share. Its LLM is an OpenAI-compatible server in
@@ -18,6 +20,8 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -128,26 +132,51 @@ def _talk(url: str, user: str, ledger: Ledger, stop: threading.Event) -> None:
             n += 1
 
 
-@pytest.fixture
-def server_files(tmp_path: Path) -> Iterator[tuple[Path, Path, str]]:
+@contextmanager
+def _server(tmp_path: Path, llm_latency_s: float, ingress_replicas: int) -> Iterator[tuple[Path, Path, str]]:
+    """Settings for ``longmem serve`` over a fixed-latency LLM: config file, log, URL; every
+    process of the app is killed afterwards."""
     port = free_port()
     config = tmp_path / "longmem.json"
-    llm_url, stop_llm = fixed_latency_server(0.05)
+    llm_url, stop_llm = fixed_latency_server(llm_latency_s)
     settings = {
         "storage": {"data_dir": str(tmp_path / "data"), "shards": 2},
-        "serve": {"host": "127.0.0.1", "port": port, "api_keys": [{"key": KEY, "tenant": "acme"}]},
+        "serve": {
+            "host": "127.0.0.1",
+            "port": port,
+            "api_keys": [{"key": KEY, "tenant": "acme"}],
+            "ingress_replicas": ingress_replicas,
+        },
         "llm": {"engine": "openai", "base_url": llm_url, "model_path": "fixed-latency"},
         "write": {"concurrency": 8},
     }
     config.write_text(json.dumps(settings))
-    yield config, tmp_path / "serve.log", f"http://127.0.0.1:{port}"
-    stop_llm()
-    for proc in psutil.process_iter(["environ"]):
+    try:
+        yield config, tmp_path / "serve.log", f"http://127.0.0.1:{port}"
+    finally:
+        stop_llm()
+        for proc in _app_processes(config):
+            proc.kill()
+
+
+def _app_processes(config: Path, title: str = "") -> list[psutil.Process]:
+    """The processes of the app started with ``config`` (Ray's workers inherit its environment)
+    whose command line holds ``title``."""
+    found = []
+    for proc in psutil.process_iter(["environ", "cmdline"]):
         try:
             if (proc.info["environ"] or {}).get("LONGMEM_CONFIG") == str(config):
-                proc.kill()
+                if title in " ".join(proc.info["cmdline"] or ()):
+                    found.append(proc)
         except psutil.Error:
             pass
+    return found
+
+
+@pytest.fixture
+def server_files(tmp_path: Path) -> Iterator[tuple[Path, Path, str]]:
+    with _server(tmp_path, llm_latency_s=0.05, ingress_replicas=1) as files:
+        yield files
 
 
 def test_every_acknowledged_write_survives_kill_9_of_the_whole_cluster(
@@ -215,3 +244,65 @@ def test_every_acknowledged_write_survives_kill_9_of_the_whole_cluster(
     )
     server.send_signal(signal.SIGINT)
     server.wait(timeout=300)
+
+
+def test_kill_9_of_an_ingress_replica_then_of_a_writer_with_1000_accepted_turns_pending(
+    tmp_path: Path,
+) -> None:
+    users, turns = [f"heron{n}" for n in range(100)], 10
+    with _server(tmp_path, llm_latency_s=0.2, ingress_replicas=2) as (config, log, url):
+        server = _serve(config, log)
+        _wait_ready(url, server, log)
+        headers = {"Authorization": f"Bearer {KEY}"}
+
+        def accept(user: str) -> list[str]:
+            said = []
+            with httpx.Client(base_url=url, headers=headers, timeout=60) as api:
+                for n in range(turns):
+                    text = f"{user} saw {n} kingfishers by the weir"
+                    body = {"wait": False, "turns": [{"role": "user", "content": text}]}
+                    answer = api.post(f"/v1/users/{user}/turns", json=body)
+                    assert answer.status_code == 202, answer.text
+                    said.append(text)
+            return said
+
+        with ThreadPoolExecutor(max_workers=16) as pool:
+            accepted = dict(zip(users, pool.map(accept, users), strict=True))
+        assert sum(len(v) for v in accepted.values()) == len(users) * turns
+
+        replicas = _app_processes(config, "ServeReplica:longmem:ingress")
+        assert len(replicas) == 2, [p.cmdline() for p in _app_processes(config)]
+        replicas[0].send_signal(signal.SIGKILL)
+        with httpx.Client(base_url=url, headers=headers, timeout=60) as api:
+            metrics = api.get("/metrics").text  # the other replica answers at once
+        pending = sum(
+            float(line.split()[-1])
+            for line in metrics.splitlines()
+            if line.startswith("longmem_write_jobs_pending{")
+        )
+        assert pending > 0, "every turn was written before the kills"
+        writers = _app_processes(config, "WriterActor")
+        assert len(writers) == 2, [p.cmdline() for p in _app_processes(config)]
+        writers[0].send_signal(signal.SIGKILL)
+
+        # Every accepted turn is written once, each user's in the order accepted.
+        deadline = time.monotonic() + 900
+        with httpx.Client(base_url=url, headers=headers, timeout=120) as api:
+            while True:
+                written = {
+                    u: [m["text"] for m in api.get(f"/v1/users/{u}/memories").json()["memories"]]
+                    for u in users
+                }
+                done = sum(len(v) for v in written.values())
+                if done >= len(users) * turns or time.monotonic() > deadline:
+                    break
+                time.sleep(2)
+        for user in users:
+            said = [next(t for t in accepted[user] if t in memory) for memory in written[user]]
+            assert said == accepted[user], f"{user}: written {said}, accepted {accepted[user]}"
+        print(
+            f"killed an ingress replica, then a writer, with {pending:.0f} turns pending; "
+            f"{done} of {len(users) * turns} accepted turns written once, in order"
+        )
+        server.send_signal(signal.SIGINT)
+        server.wait(timeout=300)

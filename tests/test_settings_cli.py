@@ -55,6 +55,19 @@ def test_bad_settings_are_a_config_error(tmp_path: Path, monkeypatch: pytest.Mon
         load_settings(broken)
 
 
+def test_ingress_autoscaling_is_read_checked_and_sizes_the_writers(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LONGMEM_SERVE__INGRESS_AUTOSCALING", '{"min_replicas": 2, "max_replicas": 6}')
+    serve = load_settings().serve
+    assert serve.ingress_autoscaling is not None and serve.ingress_autoscaling.min_replicas == 2
+    assert serve.most_ingress_replicas == 6  # writers take calls from up to six replicas
+    monkeypatch.setenv("LONGMEM_SERVE__INGRESS_AUTOSCALING", '{"min_replicas": 3, "max_replicas": 2}')
+    with pytest.raises(ConfigError, match="min_replicas 3 is above max_replicas 2"):
+        load_settings()
+    monkeypatch.delenv("LONGMEM_SERVE__INGRESS_AUTOSCALING")
+    monkeypatch.setenv("LONGMEM_SERVE__INGRESS_REPLICAS", "3")
+    assert load_settings().serve.most_ingress_replicas == 3
+
+
 def test_data_dir_refuses_another_shard_count(tmp_path: Path) -> None:
     store = LocalFactStore(StorageSettings(data_dir=tmp_path, shards=2), Settings().limits, 8, "emb")
     store.close()
