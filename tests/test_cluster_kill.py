@@ -2,8 +2,8 @@
 replicas, shard, profile and writer actors) while clients are writing and turns answered 202
 wait for their write; ``longmem serve`` again on the same data dir holds every acknowledged
 fact and profile entry, each once, and writes every accepted turn, each once. And kill -9 of
-one of two ingress replicas, then of a writer, with 1,000 accepted turns of 100 users pending:
-each is written once, each user's in order, with no restart of the app.
+one of two ingress replicas, then of a writer, then of every process, with 1,000 accepted turns
+of 100 users pending: each is written once, each user's in order.
 
 The app runs as its own process with its own local Ray (``RAY_ADDRESS=local``), so the kill
 does not touch the Ray instance other tests share. Its LLM is an OpenAI-compatible server in
@@ -30,6 +30,7 @@ import psutil
 import pytest
 
 from benchmarks.write_throughput import fixed_latency_server
+from memory_core.routing import shard_of
 from tests.serve_app import free_port
 
 KEY = "cluster-kill-key-0123456789"
@@ -246,7 +247,30 @@ def test_every_acknowledged_write_survives_kill_9_of_the_whole_cluster(
     server.wait(timeout=300)
 
 
-def test_kill_9_of_an_ingress_replica_then_of_a_writer_with_1000_accepted_turns_pending(
+def _pending(url: str) -> float:
+    """The writes queued and not started, over every writer (from any ingress replica)."""
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {KEY}"}, timeout=60) as api:
+        metrics = api.get("/metrics").text
+    return sum(
+        float(line.split()[-1])
+        for line in metrics.splitlines()
+        if line.startswith("longmem_write_jobs_pending{")
+    )
+
+
+def _written(url: str, users: list[str]) -> dict[str, list[str]]:
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {KEY}"}, timeout=120) as api:
+        return {u: [m["text"] for m in api.get(f"/v1/users/{u}/memories").json()["memories"]] for u in users}
+
+
+def _by_shard(written: dict[str, list[str]], shard: dict[str, int]) -> dict[int, int]:
+    counts = {0: 0, 1: 0}
+    for user, texts in written.items():
+        counts[shard[user]] += len(texts)
+    return counts
+
+
+def test_kill_9_of_an_ingress_replica_then_a_writer_then_everything_with_1000_turns_pending(
     tmp_path: Path,
 ) -> None:
     users, turns = [f"heron{n}" for n in range(100)], 10
@@ -273,35 +297,40 @@ def test_kill_9_of_an_ingress_replica_then_of_a_writer_with_1000_accepted_turns_
         replicas = _app_processes(config, "ServeReplica:longmem:ingress")
         assert len(replicas) == 2, [p.cmdline() for p in _app_processes(config)]
         replicas[0].send_signal(signal.SIGKILL)
-        with httpx.Client(base_url=url, headers=headers, timeout=60) as api:
-            metrics = api.get("/metrics").text  # the other replica answers at once
-        pending = sum(
-            float(line.split()[-1])
-            for line in metrics.splitlines()
-            if line.startswith("longmem_write_jobs_pending{")
-        )
-        assert pending > 0, "every turn was written before the kills"
+        pending = {"ingress replica": _pending(url)}  # the other replica answers at once
         writers = _app_processes(config, "WriterActor")
         assert len(writers) == 2, [p.cmdline() for p in _app_processes(config)]
         writers[0].send_signal(signal.SIGKILL)
+        pending["writer"] = _pending(url)
+        assert min(pending.values()) > 0, "every turn was written before the kills"
+
+        # Both shards' writers go on (the killed one restarted), then every process dies at once.
+        shard = {user: shard_of(f"acme:{user}", 2) for user in users}
+        before = _by_shard(_written(url, users), shard)
+        deadline = time.monotonic() + 300
+        while any(_by_shard(_written(url, users), shard)[n] < before[n] + 10 for n in (0, 1)):
+            assert time.monotonic() < deadline, "a writer did not come back"
+            time.sleep(1)
+        pending["every process"] = _pending(url)
+        assert pending["every process"] > 0, "every turn was written before the last kill"
+        killed = _kill_everything(server)
+        server = _serve(config, log)
+        _wait_ready(url, server, log)
 
         # Every accepted turn is written once, each user's in the order accepted.
         deadline = time.monotonic() + 900
-        with httpx.Client(base_url=url, headers=headers, timeout=120) as api:
-            while True:
-                written = {
-                    u: [m["text"] for m in api.get(f"/v1/users/{u}/memories").json()["memories"]]
-                    for u in users
-                }
-                done = sum(len(v) for v in written.values())
-                if done >= len(users) * turns or time.monotonic() > deadline:
-                    break
-                time.sleep(2)
+        while True:
+            written = _written(url, users)
+            done = sum(len(v) for v in written.values())
+            if done >= len(users) * turns or time.monotonic() > deadline:
+                break
+            time.sleep(2)
         for user in users:
             said = [next(t for t in accepted[user] if t in memory) for memory in written[user]]
             assert said == accepted[user], f"{user}: written {said}, accepted {accepted[user]}"
+        kills = ", ".join(f"{what} ({left:.0f} turns pending)" for what, left in pending.items())
         print(
-            f"killed an ingress replica, then a writer, with {pending:.0f} turns pending; "
+            f"kill -9 of: {kills} ({killed} processes); "
             f"{done} of {len(users) * turns} accepted turns written once, in order"
         )
         server.send_signal(signal.SIGINT)
