@@ -179,6 +179,22 @@ def test_two_concurrent_ingests_of_one_user_store_the_fact_once(
     service.close()
 
 
+def test_a_turn_written_at_once_gets_an_id_that_its_memories_name(
+    settings: Settings, clock: ManualClock, embedder: Embedder
+) -> None:
+    engine = ScriptedEngine()
+    engine.defaults["extract"] = facts_json(("User plays the bassoon", "identity", "fact", False))
+    settings.serve = ServeSettings(local_only=True)
+    service = open_local_service(settings, clock, embedder, engine)
+    body = {"session_id": "s", "turns": [{"role": "user", "content": "I play the bassoon"}]}
+    with TestClient(local_api(service)) as client:
+        [result] = client.post("/v1/users/gil/turns", json=body).json()["results"]
+        memories = client.get("/v1/users/gil/memories").json()["memories"]
+    assert result["turn_id"].startswith("t-")
+    assert [m["source_turn_ids"] for m in memories] == [[result["turn_id"]]]
+    service.close()
+
+
 def test_a_full_queue_answers_429_with_retry_after_and_loses_nothing_it_accepted(
     settings: Settings, clock: ManualClock, embedder: Embedder
 ) -> None:

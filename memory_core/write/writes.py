@@ -103,10 +103,12 @@ class UserWrites:
     def ingest(
         self, user_id: str, session_id: str, turns: Sequence[Turn], at: datetime | None = None
     ) -> list[TurnOutcome]:
-        """:meth:`MemoryService.ingest`, after the user's writes queued before it."""
+        """:meth:`MemoryService.ingest`, after the user's writes queued before it; a turn without
+        an id gets one, as in :meth:`queue_turns`."""
         svc = self.service
         svc.check_turns(user_id, turns)
-        return self.lanes.run(user_id, lambda: svc.ingest(user_id, session_id, turns, at))
+        numbered = _numbered(turns)
+        return self.lanes.run(user_id, lambda: svc.ingest(user_id, session_id, numbered, at))
 
     def submit_turns(
         self, user_id: str, session_id: str, turns: Sequence[Turn], at: datetime | None = None
