@@ -79,11 +79,17 @@ class Ingress:
 
     def _stats(self) -> dict[str, dict[str, float]]:
         shards = [shard.stats() for shard in self._shards]
-        return {
+        stats = {
             "facts": {f"shard{i}": s["facts"] for i, s in enumerate(shards)},
             "users": {f"shard{i}": s["users"] for i, s in enumerate(shards)},
             **self._writes.stats(),
         }
+        # This replica's own LLM calls: chat replies (every write's are its writer's).
+        own = self._runtime.service.llm
+        if own is not None:
+            stats.setdefault("llm_calls", {})["ingress"] = own.stats.calls
+            stats.setdefault("llm_seconds", {})["ingress"] = own.stats.seconds
+        return stats
 
     def _health(self) -> dict[str, Any]:
         service = self._runtime.service

@@ -14,7 +14,8 @@ from longmem.client import Client
 from memory_core.models import ProfileEntry, Turn, as_utc
 from memory_core.prompt import render_profile
 
-_GAUGE = re.compile(r"^(longmem_llm_calls|longmem_llm_seconds)\s+([0-9.eE+-]+)$", re.MULTILINE)
+# One series per part that calls the LLM (each writer, the ingress replica for chat replies).
+_GAUGE = re.compile(r"^(longmem_llm_calls|longmem_llm_seconds)(?:\{[^}]*\})?\s+([0-9.eE+-]+)$", re.MULTILINE)
 
 
 class HttpTarget:
@@ -46,9 +47,12 @@ class HttpTarget:
         self._client.sweep(now=self._now)
 
     def llm_usage(self) -> tuple[int, float]:
-        """LLM calls and seconds of the server's ingress, read from its metrics."""
-        gauges = dict(_GAUGE.findall(self._client.metrics()))
-        return int(float(gauges.get("longmem_llm_calls", 0))), float(gauges.get("longmem_llm_seconds", 0.0))
+        """LLM calls and seconds of the server (its writers and the ingress replica that answered),
+        read from its metrics."""
+        totals = {"longmem_llm_calls": 0.0, "longmem_llm_seconds": 0.0}
+        for name, value in _GAUGE.findall(self._client.metrics()):
+            totals[name] += float(value)
+        return int(totals["longmem_llm_calls"]), totals["longmem_llm_seconds"]
 
     def close(self) -> None:
         """Close the connection pool."""

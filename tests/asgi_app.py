@@ -49,7 +49,7 @@ def local_api(service: MemoryService, health: Callable[[], dict[str, Any]] | Non
             service.facts, service.clock, timedelta(hours=service.settings.write.idempotency_hours)
         ),
         auth=Authenticator(service.settings.serve),
-        metrics=Metrics(lambda: {}),
+        metrics=Metrics(writes.stats),
         sweeps=LocalSweeps(service),
         health=health or (lambda: {"ok": True}),
     )

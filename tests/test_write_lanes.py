@@ -190,8 +190,12 @@ def test_a_turn_written_at_once_gets_an_id_that_its_memories_name(
     with TestClient(local_api(service)) as client:
         [result] = client.post("/v1/users/gil/turns", json=body).json()["results"]
         memories = client.get("/v1/users/gil/memories").json()["memories"]
+        metrics = client.get("/metrics").text
     assert result["turn_id"].startswith("t-")
     assert [m["source_turn_ids"] for m in memories] == [[result["turn_id"]]]
+    # The write's LLM calls are counted where it ran (the writer; here the in-process one).
+    assert f'longmem_llm_calls{{part="local"}} {float(len(engine.calls))}' in metrics, metrics
+    assert engine.calls and 'longmem_writes_completed{part="local"} 1.0' in metrics
     service.close()
 
 

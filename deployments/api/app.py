@@ -162,9 +162,6 @@ def create_api(rt: Runtime) -> FastAPI:
     @api.get("/metrics", tags=["ops"], response_class=PlainTextResponse)
     def metrics() -> Response:
         """Prometheus metrics."""
-        if rt.service.llm is not None:
-            rt.metrics.llm_calls.set(rt.service.llm.stats.calls)
-            rt.metrics.llm_seconds.set(rt.service.llm.stats.seconds)
         return Response(rt.metrics.render(), media_type=CONTENT_TYPE)
 
     api.include_router(memory_router(rt))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -43,10 +43,6 @@ class Metrics:
             ["route"],
             buckets=(0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
             registry=self.registry,
-        )
-        self.llm_calls = Gauge("longmem_llm_calls", "LLM calls made by this replica", registry=self.registry)
-        self.llm_seconds = Gauge(
-            "longmem_llm_seconds", "Seconds this replica waited on the LLM", registry=self.registry
         )
         self.registry.register(_StatsCollector(read_stats))
 

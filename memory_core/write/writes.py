@@ -224,7 +224,8 @@ class UserWrites:
         return receipt, self.jobs.forget_user(user_id)
 
     def stats(self) -> dict[str, dict[str, float]]:
-        """Gauges: queued and running writes, the oldest wait, writes done, LLM calls in flight."""
+        """Gauges: queued and running writes, the oldest wait, writes done, LLM calls in flight,
+        LLM calls made and seconds waited on them."""
         lanes, llm, label = self.lanes, self.service.llm, self._label
         return {
             "write_jobs_pending": {label: lanes.pending()},
@@ -232,4 +233,6 @@ class UserWrites:
             "write_oldest_pending_seconds": {label: lanes.oldest_pending_s()},
             "writes_completed": {label: lanes.completed()},
             "llm_calls_in_flight": {label: llm.in_flight if llm is not None else 0},
+            "llm_calls": {label: llm.stats.calls if llm is not None else 0},
+            "llm_seconds": {label: llm.stats.seconds if llm is not None else 0.0},
         }
