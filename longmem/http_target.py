@@ -14,8 +14,21 @@ from longmem.client import Client
 from memory_core.models import ProfileEntry, Turn, as_utc
 from memory_core.prompt import render_profile
 
-# One series per part that calls the LLM (each writer, the ingress replica for chat replies).
-_GAUGE = re.compile(r"^(longmem_llm_calls|longmem_llm_seconds)(?:\{[^}]*\})?\s+([0-9.eE+-]+)$", re.MULTILINE)
+# One series per part that calls the LLM: each writer, and the answering ingress replica for its
+# chat replies (which replica answers changes from call to call: the writers' sum does not).
+_GAUGE = re.compile(
+    r'^(longmem_llm_calls|longmem_llm_seconds)(?:\{part="([^"]*)"\})?\s+([0-9.eE+-]+)$', re.MULTILINE
+)
+
+
+def writes_llm_usage(metrics: str) -> tuple[int, float]:
+    """LLM calls and seconds of the write path in a server's metrics text (every part but the
+    ingress replica's chat replies)."""
+    totals = {"longmem_llm_calls": 0.0, "longmem_llm_seconds": 0.0}
+    for name, part, value in _GAUGE.findall(metrics):
+        if part != "ingress":
+            totals[name] += float(value)
+    return int(totals["longmem_llm_calls"]), totals["longmem_llm_seconds"]
 
 
 class HttpTarget:
@@ -47,12 +60,8 @@ class HttpTarget:
         self._client.sweep(now=self._now)
 
     def llm_usage(self) -> tuple[int, float]:
-        """LLM calls and seconds of the server (its writers and the ingress replica that answered),
-        read from its metrics."""
-        totals = {"longmem_llm_calls": 0.0, "longmem_llm_seconds": 0.0}
-        for name, value in _GAUGE.findall(self._client.metrics()):
-            totals[name] += float(value)
-        return int(totals["longmem_llm_calls"]), totals["longmem_llm_seconds"]
+        """LLM calls and seconds of the server's write path, read from its metrics."""
+        return writes_llm_usage(self._client.metrics())
 
     def close(self) -> None:
         """Close the connection pool."""

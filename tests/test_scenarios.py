@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from longmem.http_target import HttpTarget
+from longmem.http_target import HttpTarget, writes_llm_usage
 from memory_core.clock import ManualClock
 from memory_core.embedding import Embedder
 from memory_core.evaluation.local import LocalTarget
@@ -51,6 +51,20 @@ def test_public_scenarios_pass_over_http(serve_app: ServeApp) -> None:
         target.close()
     assert report["summary"]["llm_calls"] > 0  # read from the server's metrics
     _check(report)
+
+
+def test_the_write_paths_llm_usage_is_summed_over_the_writers_without_chat_replies() -> None:
+    metrics = (
+        "# HELP longmem_llm_calls longmem llm calls\n"
+        'longmem_llm_calls{part="writer0"} 12.0\n'
+        'longmem_llm_calls{part="writer1"} 30.0\n'
+        'longmem_llm_calls{part="ingress"} 7.0\n'
+        'longmem_llm_calls_in_flight{part="writer0"} 2.0\n'
+        'longmem_llm_seconds{part="writer0"} 1.5\n'
+        'longmem_llm_seconds{part="writer1"} 2.25\n'
+        'longmem_llm_seconds{part="ingress"} 9.0\n'
+    )
+    assert writes_llm_usage(metrics) == (42, 3.75)
 
 
 def test_scenario_user_ids_are_valid_and_distinct() -> None:
