@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -76,6 +76,14 @@ class NewFact(_Timestamped):
         default="",
         description='Who the fact is about when it is someone other than the user ("sister Ana", '
         '"同事小王"); empty for facts about the user themselves.',
+    )
+    event_start: date | None = Field(
+        default=None,
+        description="First day of the time the fact speaks of (\"two days ago\" resolved against when "
+        "it was said); None when it names no time.",
+    )
+    event_end: date | None = Field(
+        default=None, description="Last day of that time (the same day when it is one day)."
     )
 
 

@@ -81,13 +81,20 @@ def render_profile(entries: Sequence[ProfileEntry]) -> str:
 
 
 def render_memories(hits: Sequence[RecallHit]) -> str:
-    """Recalled facts as numbered, dated, quoted lines."""
+    """Recalled facts as numbered, dated, quoted lines: when each was said, and the time it speaks
+    of when it names one."""
     lines = []
     for n, hit in enumerate(hits, 1):
         fact = hit.fact
         when = fact.created_at.date().isoformat()
+        event = ""
+        if fact.event_start is not None:
+            end = (
+                f" to {fact.event_end.isoformat()}" if fact.event_end not in (None, fact.event_start) else ""
+            )
+            event = f", time {fact.event_start.isoformat()}{end}"
         until = f", until {fact.expire_at.isoformat(timespec='minutes')}" if fact.expire_at else ""
-        lines.append(f"[{n}] ({when}, {fact.tag.value}{until}) {quote(second_person(fact.text))}")
+        lines.append(f"[{n}] ({when}, {fact.tag.value}{event}{until}) {quote(second_person(fact.text))}")
     return "<memories>\n" + "\n".join(lines) + ("\n" if lines else "") + "</memories>"
 
 

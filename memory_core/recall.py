@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from memory_core import telemetry
+from memory_core.dates import Period, period_of
 from memory_core.embedding import Embedder
 from memory_core.models import Fact, RecallHit
 from memory_core.settings import RecallSettings
@@ -44,6 +45,13 @@ def bm25_scores(query_terms: Sequence[str], docs: Sequence[Sequence[str]]) -> li
 def saturate(score: float) -> float:
     """Map a BM25 score onto [0, 1): about 0.5 for one shared uncommon term."""
     return score / (score + 1.5)
+
+
+def event_period(fact: Fact) -> Period | None:
+    """The days a fact speaks of, when it names a time."""
+    if fact.event_start is None or fact.event_end is None:
+        return None
+    return Period(fact.event_start, fact.event_end)
 
 
 class Recaller:
@@ -90,7 +98,8 @@ class Recaller:
                 candidates = self._store.search(user_id, vector, want, now)
                 searched.set_attribute("longmem.candidates", len(candidates))
             with telemetry.span("rank"):
-                kept = self._cut(question, self.rank(question, candidates), threshold)[:k]
+                ranked = self.rank(question, candidates, period_of(question, now))
+                kept = self._cut(question, ranked, threshold)[:k]
             traced.set_attribute("longmem.hits", len(kept))
         return kept
 
@@ -107,12 +116,15 @@ class Recaller:
             kept = hits[:1]
         return kept
 
-    def rank(self, question: str, candidates: Sequence[tuple[Fact, float]]) -> list[RecallHit]:
+    def rank(
+        self, question: str, candidates: Sequence[tuple[Fact, float]], asked: Period | None = None
+    ) -> list[RecallHit]:
         """Fuse cosine and lexical scores of candidate facts; best first.
 
         A fact about another person ("User's sister Ana lives in Denver") loses
         ``other_person_penalty`` unless the question names them: it must not answer a question
-        about the user themselves ("Where do I live?").
+        about the user themselves ("Where do I live?"). When the question asks about a period
+        (``asked``: "last week", "去年"), a fact whose event time falls in it gains ``period_bonus``.
         """
         weight = self._settings.lexical_weight
         terms = self._tokenizer.terms(question) if candidates else []
@@ -120,14 +132,17 @@ class Recaller:
         if weight > 0 and candidates:
             docs = [self._tokenizer.terms(fact.text) for fact, _ in candidates]
             lexical = [saturate(s) for s in bm25_scores(terms, docs)]
-        asked = set(terms)
+        named = set(terms)
         # "When does my kid start school?" asks about someone in the user's life, if not by name.
         about_others = asks_about_someone_else(question)
         hits = []
         for (fact, cos), lex in zip(candidates, lexical, strict=True):
             score = cos + weight * lex
-            if fact.about and not about_others and not asked.intersection(self._tokenizer.terms(fact.about)):
+            if fact.about and not about_others and not named.intersection(self._tokenizer.terms(fact.about)):
                 score -= self._settings.other_person_penalty
+            when = event_period(fact)
+            if asked is not None and when is not None and asked.overlaps(when):
+                score += self._settings.period_bonus
             hits.append(RecallHit(fact=fact, score=score, vector_score=cos, lexical_score=lex))
         hits.sort(key=lambda h: h.score, reverse=True)
         return hits

@@ -99,6 +99,13 @@ class RecallSettings(BaseModel):
         description="Score taken off a fact about another person (a relative, a colleague) when the "
         "question does not name them, so that it never answers a question about the user themselves.",
     )
+    period_bonus: float = Field(
+        default=0.1,
+        ge=0.0,
+        le=1.0,
+        description="Score added to a fact whose event time falls in the period a question asks about "
+        "('what did I do last week', '去年').",
+    )
     best_hit_slack: float = Field(
         default=0.03,
         ge=0.0,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -60,6 +60,10 @@ class FactOut(BaseModel):
     about: str = Field(
         default="", description="Who the memory is about when it is another person; empty for the user."
     )
+    event_start: date | None = Field(
+        default=None, description="First day of the time it speaks of, resolved when it was said."
+    )
+    event_end: date | None = Field(default=None, description="Last day of that time.")
 
     @classmethod
     def of(cls, fact: Fact) -> FactOut:
@@ -73,6 +77,8 @@ class FactOut(BaseModel):
             source_turn_ids=list(fact.source_turn_ids),
             superseded_by=str(fact.superseded_by) if fact.superseded_by is not None else None,
             about=fact.about,
+            event_start=fact.event_start,
+            event_end=fact.event_end,
         )
 
 

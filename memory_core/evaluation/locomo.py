@@ -29,6 +29,7 @@ import numpy as np
 from tqdm import tqdm
 
 from memory_core.clock import ManualClock
+from memory_core.dates import find_times
 from memory_core.embedding import Embedder
 from memory_core.errors import ValidationError
 from memory_core.llm.base import LLMEngine
@@ -324,7 +325,8 @@ class WindowSystem:
 def write_path_version() -> str:
     """A digest of longmem's write-path sources: stored ingests are reused only while it holds."""
     digest = hashlib.blake2b(digest_size=6)
-    for path in sorted((Path(__file__).parent.parent / "write").glob("*.py")):
+    core = Path(__file__).parent.parent
+    for path in [*sorted((core / "write").glob("*.py")), core / "dates.py"]:
         digest.update(path.read_bytes())
     return digest.hexdigest()
 
@@ -419,6 +421,10 @@ class LongmemSystem:
             facts = [f for user in users for f in svc.list_facts(user)]
             live = [f for f in facts if f.expire_at is None or f.expire_at > end]
             profile = sum(len(svc.profile(user)) for user in users)
+            # Memories of turns that spoke of a time ("two days ago", "上个月"): how many kept it
+            # as a date.
+            timed = {t.dia_id for s in conversation.sessions for t in s.turns if find_times(t.text, s.at)}
+            from_timed = [f for f in live if timed.intersection(f.source_turn_ids)]
         finally:
             svc.close()
         return ConversationRun(
@@ -431,6 +437,8 @@ class LongmemSystem:
             extra={
                 "expired_at_recall": len(facts) - len(live),
                 "profile_entries": profile,
+                "memories_of_timed_turns": len(from_timed),
+                "dated_memories_of_timed_turns": sum(f.event_start is not None for f in from_timed),
                 "turns": state.turns,
                 "turns_written": state.turns_written,
                 "turn_errors": state.errors,

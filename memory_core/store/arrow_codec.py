@@ -28,6 +28,8 @@ def fact_schema(dim: int, metadata: dict[str, str] | None = None) -> pa.Schema:
             ("source_turn_ids", pa.list_(pa.string())),
             ("superseded_by", pa.int64()),
             ("about", pa.string()),
+            ("event_start", pa.date32()),
+            ("event_end", pa.date32()),
             ("embedding", pa.list_(pa.float32(), dim)),
         ],
         metadata=metadata,
@@ -48,6 +50,8 @@ def facts_to_batch(facts: Sequence[Fact], vectors: np.ndarray, dim: int) -> pa.R
         pa.array([list(f.source_turn_ids) for f in facts], pa.list_(pa.string())),
         pa.array([f.superseded_by for f in facts], pa.int64()),
         pa.array([f.about for f in facts], pa.string()),
+        pa.array([f.event_start for f in facts], pa.date32()),
+        pa.array([f.event_end for f in facts], pa.date32()),
         pa.FixedSizeListArray.from_arrays(flat, dim),
     ]
     return pa.RecordBatch.from_arrays(columns, schema=fact_schema(dim))
@@ -72,6 +76,9 @@ def batch_to_facts(batch: pa.RecordBatch | pa.Table) -> tuple[list[Fact], np.nda
     superseded = cols["superseded_by"].to_pylist()
     # Logs and snapshots written before facts had an ``about`` column hold only the user's own.
     about = cols["about"].to_pylist() if "about" in cols else [""] * len(ids)
+    # ... and those written before facts had event times name none.
+    starts = cols["event_start"].to_pylist() if "event_start" in cols else [None] * len(ids)
+    ends = cols["event_end"].to_pylist() if "event_end" in cols else [None] * len(ids)
     facts = [
         # Values were validated when first written; skip re-validation on the hot load path.
         Fact.model_construct(
@@ -85,6 +92,8 @@ def batch_to_facts(batch: pa.RecordBatch | pa.Table) -> tuple[list[Fact], np.nda
             source_turn_ids=tuple(sources[i]),
             superseded_by=superseded[i],
             about=about[i],
+            event_start=starts[i],
+            event_end=ends[i],
         )
         for i in range(len(ids))
     ]

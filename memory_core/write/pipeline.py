@@ -6,11 +6,12 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
 from memory_core import telemetry
+from memory_core.dates import Period, find_times, resolve_times
 from memory_core.embedding import Embedder
 from memory_core.errors import LLMError, ProfileFullError
 from memory_core.llm.structured import StructuredLLM
@@ -53,7 +54,7 @@ class TurnOutcome:
 class _Plan:
     """Writes decided for one turn, applied together."""
 
-    new: list[tuple[ExtractedFact, np.ndarray]] = field(default_factory=list)
+    new: list[tuple[ExtractedFact, np.ndarray, Period | None]] = field(default_factory=list)
     replaces: dict[int, int] = field(default_factory=dict)  # index in ``new`` -> old fact id
     profile: list[ExtractedFact] = field(default_factory=list)
     quoted: int = 0
@@ -154,6 +155,8 @@ class WritePath:
     ) -> _Plan:
         plan = _Plan()
         fact_items = [f for f in extracted if f.layer == "fact"]
+        said_texts = [f.text for f in fact_items]  # before dates are written in: those are not borrowed
+        periods = [self._dated(f, message, at) for f in fact_items]
         wishes = [f for f in extracted if f.layer == "profile"]
         plan.profile = [f for f in wishes if not quoted_wish(f.text, message, self._tokenizer.terms)]
         plan.quoted = len(wishes) - len(plan.profile)
@@ -167,14 +170,14 @@ class WritePath:
             vectors, [len(fact_items), len(fact_items) + len(said)]
         )
         borrowed = np.array(
-            [borrowed_words(f.text, message, heard, self._tokenizer.terms) for f in fact_items], dtype=bool
+            [borrowed_words(text, message, heard, self._tokenizer.terms) for text in said_texts], dtype=bool
         )
         echoes = echoed(vectors, said_vectors, heard_vectors, self._embedder.echo_margin, borrowed)
-        for item, vector, echo in zip(fact_items, vectors, echoes, strict=True):
+        for item, vector, echo, period in zip(fact_items, vectors, echoes, periods, strict=True):
             if echo:
                 plan.echoes += 1
                 continue
-            if any(float(vector @ v) >= self._embedder.duplicate_threshold for _, v in plan.new):
+            if any(float(vector @ v) >= self._embedder.duplicate_threshold for _, v, _ in plan.new):
                 plan.duplicates += 1
                 continue
             # Only a fact of the same kind about the same person can be the same or be replaced (a
@@ -200,10 +203,27 @@ class WritePath:
                     continue
                 if relation == "update":
                     plan.replaces[len(plan.new)] = old.id
-            plan.new.append((item, vector))
+            plan.new.append((item, vector, period))
         return plan
 
-    def _expiry(self, item: ExtractedFact, message: str, at: datetime) -> datetime | None:
+    @staticmethod
+    def _dated(item: ExtractedFact, message: str, at: datetime) -> Period | None:
+        """Rewrite ``item``'s relative times as the dates they meant when said at ``at`` ("two days
+        ago" means nothing a week later); the period it speaks of, or None.
+
+        An event whose text lost the time its message gave ("my flight is tomorrow" → "User has a
+        flight") takes the message's, when the message names exactly one.
+        """
+        item.text, period = resolve_times(item.text.strip(), at)
+        if period is None and item.tag is Tag.EVENT:
+            said = {found.period for found in find_times(message, at)}
+            if len(said) == 1:
+                period = said.pop()
+        return period
+
+    def _expiry(
+        self, item: ExtractedFact, message: str, at: datetime, period: Period | None
+    ) -> datetime | None:
         # An event said with a near-time cue ("right now", "下周二") is temporary even when the
         # small model forgets to say so: a boarding call must not become a lasting fact.
         if not item.temporary and not (item.tag is Tag.EVENT and has_near_time_cue(message)):
@@ -211,7 +231,11 @@ class WritePath:
         ttl = self._settings.temporary_ttl.for_tag(item.tag)
         if item.ttl_days is not None:
             ttl = timedelta(days=item.ttl_days)
-        return at + ttl
+        expire = at + ttl
+        # A plan for next month stays true until next month is over, whatever its tag's lifetime.
+        if period is not None:
+            expire = max(expire, datetime.combine(period.end + timedelta(days=1), datetime.min.time(), UTC))
+        return expire
 
     def _apply(self, user_id: str, turn: Turn, plan: _Plan, at: datetime, outcome: TurnOutcome) -> None:
         sources = (turn.turn_id,) if turn.turn_id else ()
@@ -222,14 +246,16 @@ class WritePath:
                 tag=item.tag,
                 layer=Layer.FACT,
                 created_at=at,
-                expire_at=self._expiry(item, turn.content, at),
+                expire_at=self._expiry(item, turn.content, at, period),
                 source_turn_ids=sources,
                 about=item.about.strip(),
+                event_start=period.start if period else None,
+                event_end=period.end if period else None,
             )
-            for item, _ in plan.new
+            for item, _, period in plan.new
         ]
         if new_facts:
-            vectors = np.vstack([vector for _, vector in plan.new])
+            vectors = np.vstack([vector for _, vector, _ in plan.new])
             outcome.facts = self._facts.add(new_facts, vectors)
         # New facts are durable before old ones are hidden: never lose both.
         for index, old_id in plan.replaces.items():

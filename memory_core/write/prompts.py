@@ -19,7 +19,9 @@ JUDGE_SYSTEM = (
     "searches and schedule, where they are or how they feel right now (ill, travelling, busy). Answer yes "
     "when the message says any such thing, even inside a greeting or next to a question. Answer no "
     "when it only greets, thanks, compliments, reacts, agrees to a suggestion without "
-    "adding anything, or asks the other person something; for small talk, jokes, weather chat, general "
+    "adding anything, asks the other person something, or asks for advice or ideas without saying "
+    'anything about themselves ("What should I cook tonight?"); for small talk, jokes, funny videos and '
+    "stories about strangers, weather chat, general "
     "knowledge questions, text pasted to translate or summarise, requests to forget something, and task "
     "requests that reveal nothing about the user. Answer only yes or no."
 )
@@ -39,7 +41,12 @@ JUDGE_SHOTS = [
     ("Brr, so cold out there today!", "no"),
     ("Stuck at the ferry terminal, my boat to Santander leaves in an hour.", "yes"),
     ("Yep, one son, he just turned nine.", "yes"),
+    ("Which film should I watch tonight?", "no"),
+    ("I'm coeliac, so no bread for me. Is polenta a safe side dish?", "yes"),
+    ("Saw a clip of a goat climbing a dam wall, haha, animals are nuts. Who even films that?", "no"),
+    ("Laid up with a nasty cold, so I'll keep my messages short today.", "yes"),
     ("我月底要去昆明看一个展。", "yes"),
+    ("我接下来该读哪本小说呢？", "no"),
     ("这雨下得没完没了，哈哈。", "no"),
     ("帮我给我儿子的班主任发条消息，说他明天请假。", "yes"),
     ("帮我润色一下这句话：我们将于下周发布新版本。", "no"),
@@ -78,8 +85,8 @@ EXTRACT_SYSTEM = (
     "booking, an appointment, a plan, something the user is currently looking for, shopping for or busy "
     "with (this week, these days, 这几天, 最近在找). false for lasting facts: jobs, homes, family, health, "
     "habits, past experiences, opinions.\n"
-    '- Greetings, thanks, photo captions, weather talk, jokes and vague remarks ("User has plans") are '
-    "not memories."
+    '- Greetings, thanks, photo captions, weather talk, jokes, vague remarks ("User has plans") and '
+    'questions asking for advice ("What should I wear?") are not memories.'
 )
 
 
@@ -165,6 +172,7 @@ EXTRACT_SHOTS = [
         "Forget my old work email, the new one is kim.r@fernhill.io.",
         [_fact("User's work email is kim.r@fernhill.io", "identity")],
     ),
+    _extract_example("What should I make for lunch today?", []),
     _extract_example(
         "Summarise this note for me: 'I have been with the firm for ten years and I retire in May.'",
         [],
@@ -204,6 +212,7 @@ EXTRACT_SHOTS = [
         ],
     ),
     _extract_example("行吧，再说。", [], context="要不要周末去爬爬山？"),
+    _extract_example("我这周末去哪儿玩比较好？", []),
     _extract_example(
         "回答别太啰嗦，直接说重点。", [_fact("用户希望回答简洁、直奔重点", "preference", layer="profile")]
     ),
