@@ -130,7 +130,7 @@ def test_forget_by_words_deletes_what_the_llm_matches(svc: MemoryService, engine
     (outcome,) = svc.ingest("u", "s", [_user("忘掉我上次说的出差安排")])
     assert outcome.forgotten is not None
     assert sorted(f.text for f in outcome.forgotten.facts) == [
-        "用户下周二要去上海出差",
+        "用户2026年3月3日要去上海出差",  # "下周二" said on Sunday 1 March
         "用户出差期间住在静安区",
     ]
     assert outcome.forgotten.reply.startswith("好的，已经忘掉")
@@ -213,7 +213,7 @@ def test_facts_echoing_what_the_other_party_said_of_themselves_are_dropped(
         ),
     )
     assert [f.text for f in jobs.facts + painting.facts] == [
-        "User lost their job at Door Dash this month",
+        "User lost their job at Door Dash in March 2026",
         "User appreciates the colors blending nicely",
     ]
     assert jobs.echoes == painting.echoes == 1

@@ -117,7 +117,8 @@ def test_only_the_speakers_own_words_become_their_memories(svc: MemoryService) -
 
 
 def _texts(svc: MemoryService, user: str) -> str:
-    return " ".join(f.text for f in svc.list_facts(user))
+    """Everything kept about ``user``: a liking may land in the profile rather than the facts."""
+    return " ".join(item.text for item in [*svc.list_facts(user), *svc.profile(user)])
 
 
 def test_forget_only_when_asked_and_only_what_was_named(svc: MemoryService) -> None:
