@@ -117,11 +117,13 @@ class ShardActor(OwnerActor):
         self._shard_no = shard_no
 
     def health(self) -> dict[str, Any]:
-        """Invariants a health check tests: index loaded (counts readable), log writable."""
+        """Invariants a health check tests (index loaded: counts readable; log writable), and the
+        Ray node the shard runs on."""
         stats = self._target.stats()
         writable = self._target.log_writable()
         where = str(self._target.directory)
-        return {"shard": self._shard_no, "directory": where, "log_writable": writable, **stats}
+        node = ray.get_runtime_context().get_node_id()
+        return {"shard": self._shard_no, "directory": where, "node": node, "log_writable": writable, **stats}
 
 
 class ProfileActor(OwnerActor):
@@ -154,6 +156,10 @@ class ActorClient:
                 ok, value = ray.get(self._actor.invoke.remote(method, *args), timeout=left)
                 break
             except RayActorError as exc:
+                if exc.actor_init_failed:
+                    # Its constructor raised (files of other settings, say): no restart mends that.
+                    cause = str(exc).strip().splitlines()[-1]
+                    raise StorageError(f"{self._label} could not start: {cause}") from None
                 # A read (or an erase) that met the actor mid-restart is asked again until the
                 # deadline; a write is not, since it may have been logged before the actor died.
                 if method in _REPEATABLE and time.monotonic() + _RETRY_PAUSE_S < deadline:
@@ -277,19 +283,25 @@ class ProfileClient(ActorClient):
 def actor_options(settings: Settings, name: str, data: bool = True) -> dict[str, Any]:
     """Ray options of a named store or writer actor; one that owns ``data`` goes where
     ``serve.shard_resource`` says."""
-    options: dict[str, Any] = {
+    return {
         "name": name,
         "namespace": settings.serve.namespace,
         "lifetime": "detached",
         "get_if_exists": True,
-        # Two cores cannot give every replica and actor a whole CPU (DESIGN.md): they all take 0.
-        "num_cpus": 0,
         "max_restarts": -1,
         "max_task_retries": 0,
+        **(data_placement(settings) if data else {"num_cpus": 0}),
     }
-    if data and settings.serve.shard_resource:
-        options["resources"] = {settings.serve.shard_resource: 0.001}
-    return options
+
+
+def data_placement(settings: Settings) -> dict[str, Any]:
+    """Ray options that put a task or actor on the nodes holding the data dir
+    (``serve.shard_resource``; anywhere when unset)."""
+    # Two cores cannot give every replica and actor a whole CPU (DESIGN.md): they all take 0.
+    placement: dict[str, Any] = {"num_cpus": 0}
+    if settings.serve.shard_resource:
+        placement["resources"] = {settings.serve.shard_resource: 0.001}
+    return placement
 
 
 def open_shards(settings: Settings, dim: int, embedder: str) -> list[ShardClient]:

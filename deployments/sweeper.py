@@ -10,7 +10,7 @@ from typing import Any
 import ray
 from ray.actor import ActorHandle
 
-from deployments.stores import actor_options, open_shards
+from deployments.stores import actor_options, data_placement, open_shards
 from memory_core.errors import ConfigError, LongmemError
 from memory_core.settings import Settings
 from memory_core.store.facts import read_manifest
@@ -63,6 +63,35 @@ class SweeperActor:
     def stop(self) -> None:
         """Stop the schedule (a sweep in progress finishes first)."""
         self._scheduler.stop()
+
+
+def _manifest_on_data_node(data_dir: str) -> dict[str, Any] | None:
+    """The data dir's manifest as the node holding it sees it (None: no longmem data there)."""
+    return read_manifest(Path(data_dir))
+
+
+def find_sweeper(settings: Settings) -> ActorHandle:
+    """The running app's sweeper; with no app running, one made over the data dir's shard actors.
+
+    Nothing is read from this process's disk, so a job submitted from any node works: the
+    manifest (shard count, embedder) is read by a task placed where the shard actors run
+    (``serve.shard_resource``).
+
+    Raises:
+        ConfigError: no app runs and the data dir holds no longmem data.
+    """
+    try:
+        return ray.get_actor(SWEEPER_ACTOR_NAME, namespace=settings.serve.namespace)
+    except ValueError:
+        pass  # no app running in this namespace
+    data_dir = settings.storage.data_dir.resolve()
+    probe = ray.remote(_manifest_on_data_node).options(**data_placement(settings))
+    found = ray.get(probe.remote(str(data_dir)))
+    if found is None:
+        raise ConfigError(f"{data_dir} holds no longmem data (no manifest) on the nodes that hold shards")
+    storage = settings.storage.model_copy(update={"shards": int(found["shards"])})
+    made = settings.model_copy(update={"storage": storage})
+    return open_sweeper(made, int(found["dim"]), str(found["embedder"]))
 
 
 def open_sweeper(settings: Settings, dim: int, embedder: str) -> ActorHandle:

@@ -2,7 +2,8 @@
 
 It joins the running cluster and asks the sweeper actor (the one that also runs the app's
 schedule) to sweep, so there is only ever one sweep at a time. With no app running, it
-creates the sweeper over the data dir's shard actors itself. Prints the run record as JSON;
+creates the sweeper over the data dir's shard actors itself. It reads nothing from the disk of
+the node it runs on, so it may be submitted from any node. Prints the run record as JSON;
 exits 2 when the sweep was refused or is partial.
 """
 
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import ray
 
-from deployments.sweeper import SweeperClient, data_dir_embedder, open_sweeper
+from deployments.sweeper import SweeperClient, find_sweeper
 from memory_core.errors import ConfigError, LongmemError
 from memory_core.models import as_utc
 from memory_core.settings import load_settings
@@ -39,8 +40,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ConfigError(
                 f"no Ray cluster at {args.address!r} ({exc}); run `longmem sweep` locally"
             ) from None
-        dim, embedder = data_dir_embedder(settings.storage.data_dir)
-        sweeper = SweeperClient(open_sweeper(settings, dim, embedder))
+        sweeper = SweeperClient(find_sweeper(settings))
         now = as_utc(args.now) if args.now else datetime.now(UTC)
         record = sweeper.run(now, args.dry_run, trigger=SweepTrigger.JOB)
         print(record.model_dump_json())

