@@ -59,8 +59,9 @@ _SHARD_CALLS = _REPEATABLE | {
     "close",
     "accept_turns",
     "extend_window",
+    "backup",
 }
-_PROFILE_CALLS = frozenset({"get", "upsert", "delete", "erase_user", "users", "close", "health"})
+_PROFILE_CALLS = frozenset({"get", "upsert", "delete", "erase_user", "users", "close", "health", "backup"})
 _RETRY_PAUSE_S = 0.25
 
 
@@ -142,10 +143,15 @@ class ProfileActor(OwnerActor):
 class ActorClient:
     """Calls an owner actor; reads are retried across a restart, writes are not (not idempotent)."""
 
-    def __init__(self, actor: ActorHandle, label: str, timeout_s: float) -> None:
+    def __init__(
+        self, actor: ActorHandle, label: str, timeout_s: float, long_timeout_s: float | None = None
+    ) -> None:
+        """``timeout_s`` bounds a call; ``long_timeout_s`` (default: the same) one that copies
+        whole files (backups)."""
         self._actor = actor
         self._label = label
         self._timeout = timeout_s
+        self._long_timeout_s = long_timeout_s or timeout_s
 
     def _call(self, method: str, *args: Any, timeout_s: float | None = None) -> Any:
         timeout = timeout_s or self._timeout
@@ -237,6 +243,10 @@ class ShardClient(ActorClient):
     def answer(self, user_id: str, key: str, since: datetime) -> StoredAnswer | None:
         return self._call("answer", user_id, key, since)  # type: ignore[no-any-return]
 
+    def backup(self, uri: str) -> dict[str, int]:
+        # The copy runs on the shard's node and may take a while: the load timeout bounds it.
+        return self._call("backup", uri, timeout_s=self._long_timeout_s)  # type: ignore[no-any-return]
+
     def snapshot(self, purge: bool = False) -> int:
         return self._call("snapshot", purge)  # type: ignore[no-any-return]
 
@@ -272,6 +282,9 @@ class ProfileClient(ActorClient):
     def erase_user(self, user_id: str) -> int:
         return self._call("erase_user", user_id)  # type: ignore[no-any-return]
 
+    def backup(self, uri: str) -> int:
+        return self._call("backup", uri, timeout_s=self._long_timeout_s)  # type: ignore[no-any-return]
+
     def health(self, timeout_s: float | None = None) -> dict[str, Any]:
         """DuckDB open and answering."""
         return self._call("health", timeout_s=timeout_s)  # type: ignore[no-any-return]
@@ -304,6 +317,10 @@ def data_placement(settings: Settings) -> dict[str, Any]:
     return placement
 
 
+def _timeouts(settings: Settings) -> tuple[float, float]:
+    return settings.serve.call_timeout_s, settings.serve.load_timeout_s
+
+
 def open_shards(settings: Settings, dim: int, embedder: str) -> list[ShardClient]:
     """Get (creating on first use) every shard actor of the data dir, in routing order."""
     remote = ray.remote(ShardActor)
@@ -320,7 +337,7 @@ def open_shards(settings: Settings, dim: int, embedder: str) -> list[ShardClient
             settings.storage.snapshot_every,
             settings.working.turns,
         )
-        clients.append(ShardClient(actor, f"shard {shard_no}", settings.serve.call_timeout_s))
+        clients.append(ShardClient(actor, f"shard {shard_no}", *_timeouts(settings)))
     for shard_no, shard in enumerate(clients):
         # A named actor left over from an app on another data dir would serve the wrong files.
         expected = str(shard_dir(settings.storage.data_dir.resolve(), shard_no))
@@ -344,7 +361,7 @@ def open_profile(settings: Settings) -> ProfileClient:
         .options(**actor_options(settings, PROFILE_ACTOR_NAME))
         .remote(str(settings.storage.data_dir.resolve()), settings.limits)
     )
-    client = ProfileClient(actor, "profile store", settings.serve.call_timeout_s)
+    client = ProfileClient(actor, "profile store", *_timeouts(settings))
     expected = str(settings.storage.data_dir.resolve() / "profile.duckdb")
     if client.health(settings.serve.load_timeout_s)["path"] != expected:
         raise ConfigError(f"actor {PROFILE_ACTOR_NAME} owns another data dir's profile, not {expected}")

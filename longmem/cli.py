@@ -22,8 +22,9 @@ from longmem.bench_cli import add_bench, add_eval_locomo
 from longmem.http_target import HttpTarget
 from longmem.mcp_cli import add_mcp
 from longmem.serve_cli import add_commands
+from memory_core.backups import restore_backup
 from memory_core.clock import ManualClock, SystemClock
-from memory_core.errors import LongmemError
+from memory_core.errors import ConfigError, LongmemError
 from memory_core.evaluation.local import LocalTarget
 from memory_core.evaluation.scenarios import load_scenarios, run_scenarios
 from memory_core.llm.factory import make_engine
@@ -107,6 +108,31 @@ def cmd_sweep(svc: MemoryService, args: argparse.Namespace) -> None:
     _print(json.loads(record.model_dump_json()))
     # A partial sweep prints its record and then fails like any other error (status 2).
     record.raise_for_status()
+
+
+def cmd_backup(settings: Settings, args: argparse.Namespace) -> None:
+    """Back up the data dir here, or a running server's stores (``--url``, operator key)."""
+    if args.url:
+        from longmem.client import Client  # only this form talks HTTP
+
+        with Client(args.url, api_key=args.api_key) as client:
+            record = client.backup()
+    else:
+        uri = args.to or settings.storage.backup_uri
+        if uri is None:
+            raise ConfigError("say where: --to PATH_OR_URI, or storage.backup_uri in the settings")
+        svc = open_local_service(settings)
+        try:
+            record = svc.backup(uri)
+        finally:
+            svc.close()
+    _print(record.model_dump(mode="json"))
+
+
+def cmd_restore(settings: Settings, args: argparse.Namespace) -> None:
+    """Rebuild the (new or empty) data dir from a backup."""
+    record = restore_backup(args.source, settings.storage.data_dir, settings.limits)
+    _print(record.model_dump(mode="json"))
 
 
 def cmd_erase(svc: MemoryService, args: argparse.Namespace) -> None:
@@ -240,6 +266,23 @@ def _build_parser() -> argparse.ArgumentParser:
     cmd.add_argument("--dry-run", action="store_true", help="only count what would be deleted")
 
     user(add("erase", cmd_erase, "remove every trace of a user"))
+
+    cmd = sub.add_parser("backup", help="back up every shard and the profile store (README: Backups)")
+    cmd.add_argument(
+        "--to", help="a path or pyarrow URI (default: storage.backup_uri); a new backup goes under it"
+    )
+    cmd.add_argument("--url", help="back up this running server instead (to its storage.backup_uri)")
+    cmd.add_argument("--api-key", help="the server's operator key")
+    cmd.set_defaults(func=cmd_backup, standalone=True)
+
+    cmd = sub.add_parser("restore", help="rebuild a new or empty --data-dir from a backup")
+    cmd.add_argument(
+        "--from",
+        dest="source",
+        required=True,
+        help="a backup, or a location holding several (the newest complete)",
+    )
+    cmd.set_defaults(func=cmd_restore, standalone=True)
 
     cmd = add("demo", cmd_demo, "show longmem working end to end on a throwaway data dir")
     cmd.set_defaults(throwaway=True)

@@ -61,6 +61,7 @@ from deployments.api.dto import (
     UsersOut,
 )
 from memory_core import errors
+from memory_core.backups import BackupRecord
 from memory_core.errors import LongmemError, RemoteError, ValidationError
 from memory_core.sweep import SweepRecord
 
@@ -382,6 +383,11 @@ class _Api:
         """Run an expiry sweep of the key's tenant (admin keys; every tenant with an operator key)."""
         body = _body(SweepIn, now=now, dry_run=dry_run, all_tenants=all_tenants)
         return Request("POST", "/v1/admin/sweep", _model(SweepRecord), body)
+
+    @_Endpoint
+    def backup(self) -> Request[BackupRecord]:
+        """Back up every store to the server's ``storage.backup_uri`` (operator keys)."""
+        return Request("POST", "/v1/admin/backup", _model(BackupRecord))
 
     @_Endpoint
     def sweeps(self, limit: int = 50) -> Request[list[SweepRecord]]:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from memory_core import telemetry
+from memory_core.backups import BackupRecord, take_backup
 from memory_core.clock import Clock, SystemClock
 from memory_core.embedding import Embedder, make_embedder
 from memory_core.errors import ConfigError, ValidationError
@@ -391,6 +392,13 @@ class MemoryService:
         if self.sweeper is None:
             raise ConfigError("this service has no sweep log: open it with one to sweep")
         return self.sweeper.run(as_utc(now) if now else self.clock.now(), dry_run=dry_run, tenant=tenant)
+
+    def backup(self, uri: str) -> BackupRecord:
+        """Copy every shard and the profile store to a new backup under ``uri`` (a path or a
+        pyarrow filesystem URI); see :func:`memory_core.backups.take_backup`."""
+        return take_backup(
+            self.facts, self.profiles, self.embedder.dim, self.embedder.name, uri, datetime.now(UTC)
+        )
 
     def count_due(self, now: datetime | None = None) -> int:
         """How many facts a sweep at ``now`` would delete."""

@@ -40,6 +40,12 @@ class StorageSettings(BaseModel):
         ge=1,
         description="Write a snapshot after this many log records since the last one.",
     )
+    backup_uri: str | None = Field(
+        default=None,
+        description="Where POST /v1/admin/backup (and `longmem backup` without --to) writes backups: a "
+        "path, or a pyarrow filesystem URI such as s3://bucket/longmem. On a cluster, a place every shard "
+        "node reaches. None: backups only where the command line says.",
+    )
 
 
 class LimitSettings(BaseModel):

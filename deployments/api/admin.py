@@ -1,9 +1,9 @@
 """Admin routes: run the expiry sweep of the caller's tenant (every tenant's for operators),
-read the sweep log."""
+read the sweep log, back up the stores (operators)."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, HTTPException, Query
 
 from deployments.api.app import ERROR_RESPONSES, principal_dependency
 from deployments.api.auth import AuthError, Principal
@@ -37,6 +37,18 @@ def admin_router(rt: Runtime) -> APIRouter:
             raise FutureCutoffError(now, clock)
         record = rt.sweeps.run(now, body.dry_run, None if body.all_tenants else principal.tenant)
         return record.model_dump(mode="json")
+
+    @router.post("/backup")
+    def backup(principal: Principal = caller) -> dict[str, object]:
+        """Back up every shard and the profile store to ``storage.backup_uri`` (operator keys
+        only; 409 when the server has none). Each shard is copied on its own node, its writes
+        held for the copy."""
+        if not principal.operator:
+            raise AuthError("only an operator key may back up the stores", status=403)
+        uri = rt.settings.storage.backup_uri
+        if uri is None:
+            raise HTTPException(409, "the server has no storage.backup_uri: set it, then back up")
+        return rt.service.backup(uri).model_dump(mode="json")
 
     @router.get("/sweeps")
     def sweeps(limit: int = Query(50, ge=1, le=1000), principal: Principal = caller) -> dict[str, object]:

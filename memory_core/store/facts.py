@@ -14,6 +14,7 @@ from memory_core.errors import ConfigError, InvalidVectorError, StorageError, Va
 from memory_core.models import Fact, NewFact, Turn
 from memory_core.routing import shard_of
 from memory_core.settings import LimitSettings, StorageSettings, WorkingSettings
+from memory_core.store.backup import shard_part
 from memory_core.store.fsutil import write_atomically
 from memory_core.store.inbox import PendingTurns, StoredAnswer
 from memory_core.store.shard import FactShard, UserErasure
@@ -107,6 +108,10 @@ class FactStore(UserFacts, Protocol):
         """Every accepted batch not written yet, each shard's in the order it was accepted."""
         ...
 
+    def backup(self, uri: str) -> list[dict[str, int]]:
+        """Copy every shard under ``uri`` (see :mod:`memory_core.store.backup`); what each held."""
+        ...
+
 
 def read_manifest(data_dir: Path) -> dict[str, Any] | None:
     """The settings a data dir was created with (format, shards, dim, embedder), or None if new."""
@@ -146,6 +151,10 @@ class ShardHandle(UserFacts, Protocol):
     def expire(self, now: datetime, limit: int | None = None, tenant: str | None = None) -> list[int]:
         """Delete up to ``limit`` facts (of ``tenant``'s users, or of everyone) expired before
         ``now``; returns their ids."""
+        ...
+
+    def backup(self, uri: str) -> dict[str, int]:
+        """Copy the shard to ``uri`` as one point in time; its snapshot seq, users, facts, bytes."""
         ...
 
     def snapshot(self, purge: bool = False) -> int:
@@ -282,6 +291,10 @@ class ShardedFactStore:
     def answer(self, user_id: str, key: str, since: datetime) -> StoredAnswer | None:
         """The answer kept for the user's call with ``key`` at ``since`` or later, if any."""
         return self._shard(user_id).answer(user_id, key, since)
+
+    def backup(self, uri: str) -> list[dict[str, int]]:
+        """Copy each shard to its own directory under ``uri``, one after the other."""
+        return [shard.backup(f"{uri}/{shard_part(no)}") for no, shard in enumerate(self.shards)]
 
     def snapshot(self) -> None:
         """Snapshot every shard (faster next open)."""

@@ -27,6 +27,7 @@ from typing import Any
 from memory_core.errors import CorruptionError
 from memory_core.models import Role, Turn, as_utc
 from memory_core.store import wal
+from memory_core.store.backup import upload
 from memory_core.store.fsutil import fsync_dir
 
 _SEQ = struct.Struct("<Q")
@@ -240,6 +241,16 @@ class TurnInbox:
         """Every pending batch, in the order it was accepted."""
         with self._lock:
             return [self._pending[seq] for seq in sorted(self._pending)]
+
+    def backup(self, uri: str) -> int:
+        """Copy the inbox's log to ``uri`` as it stands, with its writes held; bytes copied.
+
+        Raises:
+            StorageError: the copy failed.
+        """
+        with self._lock:
+            names = [wal.segment_path(self.directory, seq).name for seq in wal.list_segments(self.directory)]
+            return upload(self.directory, names, uri)
 
     def erase_user(self, user_id: str) -> InboxErasure:
         """Drop the user's pending batches and windows, and every byte of them on disk.

@@ -18,10 +18,13 @@ from pathlib import Path
 from typing import Protocol
 
 import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from memory_core.errors import NotFoundError, ProfileFullError, StorageError
 from memory_core.models import ProfileEntry, as_utc
 from memory_core.settings import LimitSettings
+from memory_core.store.backup import PROFILE_FILE, open_uri
 from memory_core.store.fsutil import fsync_dir
 from memory_core.tenancy import SEPARATOR
 from memory_core.validation import check_text, check_user_id
@@ -88,6 +91,10 @@ class ProfileStore(Protocol):
     def users(self, tenant: str, after: str, limit: int) -> list[tuple[str, int]]:
         """``tenant``'s users with entries, by stored id after ``after``, at most ``limit``, each
         with how many entries it has."""
+        ...
+
+    def backup(self, uri: str) -> int:
+        """Write every entry to ``uri`` (see :mod:`memory_core.store.backup`); how many."""
         ...
 
     def close(self) -> None:
@@ -298,6 +305,44 @@ class DuckDBProfileStore:
             raise StorageError(f"cannot swap in the compacted profile store {self.path}: {exc}") from exc
         finally:
             self._db = self._connect()
+
+    def backup(self, uri: str) -> int:
+        """Write every entry to ``uri`` as one Parquet file; how many.
+
+        Raises:
+            StorageError: the copy failed.
+        """
+        fs, base = open_uri(uri)
+        with self._lock:
+            try:
+                table: pa.Table = self._db.execute(
+                    "SELECT * FROM profile ORDER BY user_id, key"
+                ).to_arrow_table()
+                fs.create_dir(base, recursive=True)
+                pq.write_table(table, f"{base}/{PROFILE_FILE}", filesystem=fs)
+            except (duckdb.Error, OSError, pa.ArrowException) as exc:
+                raise StorageError(f"profile backup to {uri} failed: {exc}") from None
+        return int(table.num_rows)
+
+    def restore(self, uri: str) -> int:
+        """Load the entries a :meth:`backup` wrote to ``uri`` into this empty store; how many.
+
+        Raises:
+            StorageError: the store is not empty, or the file cannot be read or loaded.
+        """
+        fs, base = open_uri(uri)
+        with self._lock:
+            if self._run("SELECT count(*) FROM profile") != [(0,)]:
+                raise StorageError(f"profile store {self.path} is not empty: restore into a new data dir")
+            try:
+                table = pq.read_table(f"{base}/{PROFILE_FILE}", filesystem=fs)
+                self._db.register("restored", table)
+                self._db.execute("INSERT INTO profile SELECT * FROM restored")
+                self._db.unregister("restored")
+                self._db.execute("CHECKPOINT")
+            except (duckdb.Error, OSError, pa.ArrowException) as exc:
+                raise StorageError(f"profile restore from {uri} failed: {exc}") from None
+        return int(table.num_rows)
 
     def ping(self) -> bool:
         """Whether the database is open and answers a query (health checks)."""

@@ -34,6 +34,7 @@ from memory_core.store.arrow_codec import (
     facts_to_batch,
     ipc_to_table,
 )
+from memory_core.store.backup import upload
 from memory_core.store.fsutil import TEMP_SUFFIX, lock_directory
 from memory_core.store.inbox import PendingTurns, StoredAnswer, TurnInbox
 from memory_core.store.partitions import Partitions
@@ -422,6 +423,24 @@ class FactShard:
         """
         with self._lock:
             return self._write_snapshot(purge, without=None)
+
+    def backup(self, uri: str) -> dict[str, int]:
+        """Copy the shard to ``uri`` as one point in time: a new snapshot, the empty log segment
+        after it and the turn inbox, with writes held until the copy is done.
+
+        Returns:
+            The snapshot's sequence number, the users and facts it holds, the bytes copied.
+
+        Raises:
+            StorageError: the snapshot or the copy failed (the shard itself is unharmed).
+        """
+        with self._lock:
+            seq = self._write_snapshot(purge=False, without=None)
+            files = [*snap.snapshot_files(self.directory, seq), wal.segment_path(self.directory, seq)]
+            copied = upload(self.directory, [f.name for f in files], uri)
+            copied += self._inbox.backup(f"{uri}/inbox")
+            users, facts = self._mem.counts()
+            return {"seq": seq, "users": users, "facts": facts, "bytes": copied}
 
     def _write_snapshot(self, purge: bool, without: str | None) -> int:
         seq = self._current_seq + 1

@@ -31,6 +31,12 @@ def snapshot_path(directory: Path, seq: int) -> Path:
     return directory / f"snap-{seq:08d}.arrow"
 
 
+def snapshot_files(directory: Path, seq: int) -> list[Path]:
+    """The files of snapshot ``seq``: the table and its checksum sidecar."""
+    path = snapshot_path(directory, seq)
+    return [path, _crc_path(path)]
+
+
 def _crc_path(path: Path) -> Path:
     return path.with_suffix(".crc")
 

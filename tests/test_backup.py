@@ -1,0 +1,175 @@
+"""Backups and restores on real files: FAISS shards, DuckDB profile, turn inboxes, the CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from memory_core.backups import restore_backup
+from memory_core.clock import ManualClock
+from memory_core.embedding import Embedder
+from memory_core.errors import ConfigError
+from memory_core.models import Role, Tag, Turn
+from memory_core.routing import shard_of
+from memory_core.service import MemoryService, Remember, open_local_service
+from memory_core.settings import Settings, StorageSettings
+from memory_core.store.backup import BACKUP_MANIFEST
+from tests.serve_app import OPERATOR_KEY, ServeApp, client
+
+USERS = ["ana", "bo", "eli", "gus"]
+
+
+def _state(svc: MemoryService) -> dict:
+    """Everything the service keeps of USERS, comparable across data dirs."""
+    return {
+        user: {
+            "facts": [
+                (f.id, f.text, f.tag, f.expire_at, f.superseded_by, f.created_at)
+                for f in svc.list_facts(user, include_superseded=True)
+            ],
+            "profile": [(e.key, e.text, e.source, e.updated_at) for e in svc.profile(user)],
+            "window": [t.content for t in svc.facts.window(user, "s1")],
+            "pending": [
+                [t.content for t in batch.turns]
+                for batch in svc.facts.pending_turns()
+                if batch.user_id == user
+            ],
+        }
+        for user in USERS
+    }
+
+
+def _fill(svc: MemoryService) -> None:
+    for n, user in enumerate(USERS):
+        old, new, _ = svc.remember(
+            user,
+            [
+                Remember(f"{user} lives in town number {n}", Tag.IDENTITY),
+                Remember(f"{user} moved to town number {n + 10}", Tag.IDENTITY),
+                Remember(f"{user} is at the dentist this afternoon", Tag.EVENT, ttl=timedelta(hours=5)),
+            ],
+        )
+        svc.facts.supersede(user, old.id, new.id)
+        svc.set_preference(user, f"{user} wants short answers")
+        svc.facts.extend_window(user, "s1", [Turn(role=Role.USER, content=f"{user} said hello")])
+        svc.facts.accept_turns(
+            user,
+            "s1",
+            [Turn(role=Role.USER, content=f"{user} waits to be written", turn_id="t9")],
+            svc.clock.now(),
+        )
+
+
+def test_a_restored_data_dir_holds_what_the_backup_did_and_nothing_after(
+    open_service: Callable[[], MemoryService],
+    settings: Settings,
+    clock: ManualClock,
+    embedder: Embedder,
+    tmp_path: Path,
+) -> None:
+    assert len({shard_of(u, settings.storage.shards) for u in USERS}) == settings.storage.shards
+    svc = open_service()
+    _fill(svc)
+    before = _state(svc)
+    record = svc.backup(str(tmp_path / "backups"))
+    assert [s.facts for s in record.shards] and sum(s.facts for s in record.shards) == 3 * len(USERS)
+    assert record.profile_entries == len(USERS)
+    # Acknowledged after the backup: what a dead disk loses.
+    svc.remember("ana", [Remember("ana adopted a cat after the backup", Tag.IDENTITY)])
+    svc.close()
+
+    restored_dir = tmp_path / "restored"
+    found = restore_backup(str(tmp_path / "backups"), restored_dir, settings.limits)
+    assert found.id == record.id
+    restored_settings = settings.model_copy(
+        update={"storage": StorageSettings(data_dir=restored_dir, shards=settings.storage.shards)}
+    )
+    again = open_local_service(restored_settings, clock, embedder)
+    try:
+        assert _state(again) == before
+        hits = again.recall("bo", "which town does bo live in now?", threshold=-1)
+        assert hits and hits[0].fact.text == "bo moved to town number 11"
+        # The restored dir takes new writes like any other.
+        (cat,) = again.remember("ana", [Remember("ana adopted a cat", Tag.IDENTITY)])
+        assert cat.id not in {f[0] for f in before["ana"]["facts"]}
+    finally:
+        again.close()
+
+
+def test_restore_refuses_a_data_dir_with_data_and_a_backup_cut_short(
+    service: MemoryService, settings: Settings, tmp_path: Path
+) -> None:
+    service.remember("ana", [Remember("ana keeps bees", Tag.IDENTITY)])
+    first = service.backup(str(tmp_path / "backups"))
+    second = service.backup(str(tmp_path / "backups"))
+    assert second.id > first.id
+    # A backup cut short has no manifest: the newest complete one is restored instead.
+    (tmp_path / "backups" / second.id / BACKUP_MANIFEST).unlink()
+    with pytest.raises(ConfigError, match="already holds longmem data"):
+        restore_backup(str(tmp_path / "backups"), settings.storage.data_dir, settings.limits)
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "notes.txt").write_text("mine")
+    with pytest.raises(ConfigError, match="not empty"):
+        restore_backup(str(tmp_path / "backups"), tmp_path / "busy", settings.limits)
+    assert restore_backup(str(tmp_path / "backups"), tmp_path / "fresh", settings.limits).id == first.id
+    with pytest.raises(ConfigError, match="no complete backup"):
+        restore_backup(str(tmp_path / "nowhere"), tmp_path / "fresh2", settings.limits)
+
+
+def test_backup_and_restore_from_the_command_line(tmp_path: Path) -> None:
+    def longmem(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "longmem", *args], capture_output=True, text=True, timeout=300
+        )
+
+    data, restored, backups = tmp_path / "data", tmp_path / "restored", tmp_path / "backups"
+    assert longmem("--data-dir", str(data), "remember", "--user", "ana", "I sail on weekends").returncode == 0
+    made = longmem("--data-dir", str(data), "backup", "--to", str(backups))
+    assert made.returncode == 0, made.stderr
+    record = json.loads(made.stdout)
+    assert sum(s["facts"] for s in record["shards"]) == 1
+    done = longmem("--data-dir", str(restored), "restore", "--from", str(backups))
+    assert done.returncode == 0, done.stderr
+    listed = longmem("--data-dir", str(restored), "facts", "--user", "ana")
+    assert "I sail on weekends" in listed.stdout
+    refused = longmem("--data-dir", str(restored), "restore", "--from", str(backups))
+    assert refused.returncode == 2 and "already holds longmem data" in refused.stderr
+
+
+def test_the_served_app_backs_up_on_an_operator_call_and_the_backup_restores(
+    serve_app: ServeApp, embedder: Embedder, clock: ManualClock, tmp_path: Path
+) -> None:
+    users = ["bk-ana", "bk-eli", "bk-gus"]
+    for user in users:
+        out = serve_app.acme.post(
+            f"/v1/users/{user}/memories", json={"memories": [{"text": f"{user} rows boats"}]}
+        )
+        assert out.status_code == 201, out.text
+        assert (
+            serve_app.acme.put(f"/v1/users/{user}/profile/style", json={"text": "short answers"}).status_code
+            == 200
+        )
+    refused = serve_app.acme.post("/v1/admin/backup")
+    assert refused.status_code == 403
+    with client(serve_app.url, OPERATOR_KEY) as operator:
+        made = operator.post("/v1/admin/backup")
+    assert made.status_code == 200, made.text
+    record = made.json()
+    assert record["uri"].startswith(serve_app.settings.storage.backup_uri)
+    restored = tmp_path / "restored"
+    restore_backup(record["uri"], restored, serve_app.settings.limits)
+    settings = Settings(storage=StorageSettings(data_dir=restored, shards=serve_app.settings.storage.shards))
+    svc = open_local_service(settings, clock, embedder)
+    try:
+        for user in users:
+            served = serve_app.acme.get(f"/v1/users/{user}/memories").json()["memories"]
+            assert [str(f.id) for f in svc.list_facts(f"acme:{user}")] == [m["id"] for m in served]
+            assert [e.text for e in svc.profile(f"acme:{user}")] == ["short answers"]
+    finally:
+        svc.close()
