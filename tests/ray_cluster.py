@@ -30,7 +30,7 @@ class LocalCluster:
 
     root: Path
     address: str = ""
-    nodes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    nodes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     def _start(self, name: str, args: list[str], resources: dict[str, float], cpus: int) -> None:
         log = self.root / f"{name}.log"
@@ -40,7 +40,7 @@ class LocalCluster:
             node = subprocess.Popen(
                 command, stdout=out, stderr=subprocess.STDOUT, env=ENV, start_new_session=True
             )
-        self.nodes.append(node)
+        self.nodes[name] = node
         deadline = time.monotonic() + 120
         while _STARTED not in log.read_text(errors="replace"):
             if node.poll() is not None or time.monotonic() > deadline:
@@ -78,12 +78,18 @@ class LocalCluster:
         assert done.returncode == 0, done.stderr[-3000:]
         return done.stdout
 
+    def kill_node(self, name: str) -> None:
+        """kill -9 of every process of node ``name``: a machine that died."""
+        node = self.nodes.pop(name)
+        os.killpg(node.pid, signal.SIGKILL)
+        node.wait()
+
     def stop(self) -> None:
-        for node in reversed(self.nodes):
+        for node in reversed(self.nodes.values()):
             if node.poll() is None:
                 os.killpg(node.pid, signal.SIGTERM)
         deadline = time.monotonic() + 15
-        for node in self.nodes:
+        for node in self.nodes.values():
             try:
                 node.wait(max(deadline - time.monotonic(), 0.1))
             except subprocess.TimeoutExpired:

@@ -5,6 +5,7 @@ and the expiry sweep job, run from the head with only the cluster's settings, sw
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,6 +18,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from memory_core.backups import restore_backup
+from memory_core.settings import LimitSettings
 from tests.ray_cluster import ENV, LocalCluster
 from tests.serve_app import ADMIN_KEY, OPERATOR_KEY, client, free_port
 
@@ -45,7 +48,7 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterApp]:
         port = free_port()
         data_dir = root / "data"
         config = {
-            "storage": {"data_dir": str(data_dir), "shards": 2},
+            "storage": {"data_dir": str(data_dir), "shards": 2, "backup_uri": str(root / "backups")},
             "serve": {
                 "host": "127.0.0.1",
                 "port": port,
@@ -159,6 +162,44 @@ def test_shards_run_on_the_data_node_and_a_job_from_the_head_sweeps_them(app: Cl
     assert record["deleted"] == 2 * len(users)
     for user in users:
         assert _listed(app, user) == kept[user]
+
+
+def test_a_dead_data_node_is_replaced_by_a_node_restored_from_the_last_backup(app: ClusterApp) -> None:
+    users = ["mn-keep0", "mn-keep1", "mn-keep2"]
+    for user in users:
+        out = app.acme.post(
+            f"/v1/users/{user}/memories", json={"memories": [{"text": f"{user} grows tomatoes"}]}
+        )
+        assert out.status_code == 201, out.text
+    before = {user: _listed(app, user) for user in users}
+    with client(str(app.acme.base_url), OPERATOR_KEY) as operator:
+        made = operator.post("/v1/admin/backup")
+    assert made.status_code == 200, made.text
+    backup = made.json()
+    # Acknowledged after the backup: what the README says a dead disk loses.
+    late = app.acme.post(
+        "/v1/users/mn-keep0/memories", json={"memories": [{"text": "mn-keep0 bought a kayak"}]}
+    )
+    assert late.status_code == 201
+    app.cluster.kill_node("data")
+    shutil.rmtree(app.data_dir)  # its disk died with it
+    restore_backup(backup["uri"], app.data_dir, LimitSettings())
+    began = time.monotonic()
+    app.cluster.add_node("data-2", {"longmem_data": 1})
+    # Ray restarts the shard and profile actors on the new node, where they load the restored files.
+    deadline = time.monotonic() + 240
+    while True:
+        answer = app.acme.get("/v1/users/mn-keep1/memories")
+        if answer.status_code == 200 or time.monotonic() > deadline:
+            break
+        time.sleep(2)
+    print(f"serving again {time.monotonic() - began:.1f} s after the new node joined")
+    assert answer.status_code == 200, answer.text
+    for user in users:
+        assert _listed(app, user) == before[user]
+    placement = _placement(app)
+    (data_node,) = [node for node, resources in placement["nodes"].items() if "longmem_data" in resources]
+    assert placement["shards"] == [data_node, data_node]
 
 
 def test_with_no_app_running_the_job_opens_the_shards_on_the_data_node(app: ClusterApp) -> None:
