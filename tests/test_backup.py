@@ -173,3 +173,11 @@ def test_the_served_app_backs_up_on_an_operator_call_and_the_backup_restores(
             assert [e.text for e in svc.profile(f"acme:{user}")] == ["short answers"]
     finally:
         svc.close()
+    by_cli = subprocess.run(
+        [sys.executable, "-m", "longmem", "backup", "--url", serve_app.url, "--api-key", OPERATOR_KEY],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert by_cli.returncode == 0, by_cli.stderr
+    assert json.loads(by_cli.stdout)["id"] > record["id"]
