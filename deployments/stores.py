@@ -118,13 +118,9 @@ class ShardActor(OwnerActor):
         self._shard_no = shard_no
 
     def health(self) -> dict[str, Any]:
-        """Invariants a health check tests (index loaded: counts readable; log writable), and the
-        Ray node the shard runs on."""
-        stats = self._target.stats()
-        writable = self._target.log_writable()
-        where = str(self._target.directory)
+        """The shard's health (files, log writable, counts) and the Ray node it runs on."""
         node = ray.get_runtime_context().get_node_id()
-        return {"shard": self._shard_no, "directory": where, "node": node, "log_writable": writable, **stats}
+        return {"shard": self._shard_no, "node": node, **self._target.health()}
 
 
 class ProfileActor(OwnerActor):

@@ -129,6 +129,21 @@ def cmd_backup(settings: Settings, args: argparse.Namespace) -> None:
     _print(record.model_dump(mode="json"))
 
 
+def cmd_shards(settings: Settings, args: argparse.Namespace) -> None:
+    """Print the shard layout of the data dir here, or of a running server (``--url``)."""
+    if args.url:
+        from longmem.client import Client  # only this form talks HTTP
+
+        with Client(args.url, api_key=args.api_key) as client:
+            _print(client.shards())
+        return
+    svc = open_local_service(settings)
+    try:
+        _print(svc.shards())
+    finally:
+        svc.close()
+
+
 def cmd_restore(settings: Settings, args: argparse.Namespace) -> None:
     """Rebuild the (new or empty) data dir from a backup."""
     record = restore_backup(args.source, settings.storage.data_dir, settings.limits)
@@ -274,6 +289,16 @@ def _build_parser() -> argparse.ArgumentParser:
     cmd.add_argument("--url", help="back up this running server instead (to its storage.backup_uri)")
     cmd.add_argument("--api-key", help="the server's operator key")
     cmd.set_defaults(func=cmd_backup, standalone=True)
+
+    shards = sub.add_parser("shards", help="the fact shards").add_subparsers(
+        dest="shards_command", required=True
+    )
+    cmd = shards.add_parser(
+        "status", help="print how users are routed and each shard's node, files and counts (JSON)"
+    )
+    cmd.add_argument("--url", help="of this running server instead of the data dir here")
+    cmd.add_argument("--api-key", help="the server's operator key")
+    cmd.set_defaults(func=cmd_shards, standalone=True)
 
     cmd = sub.add_parser("restore", help="rebuild a new or empty --data-dir from a backup")
     cmd.add_argument(

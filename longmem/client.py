@@ -390,6 +390,11 @@ class _Api:
         return Request("POST", "/v1/admin/backup", _model(BackupRecord))
 
     @_Endpoint
+    def shards(self) -> Request[dict[str, Any]]:
+        """How users are routed, and each shard's node, directory and counts (operator keys)."""
+        return Request("GET", "/v1/admin/shards", lambda r: dict(r.json()))
+
+    @_Endpoint
     def sweeps(self, limit: int = 50) -> Request[list[SweepRecord]]:
         """The newest sweep records the key may read."""
         parse = lambda r: [SweepRecord.model_validate(s) for s in r.json()["sweeps"]]  # noqa: E731

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from memory_core import telemetry
 from memory_core.backups import BackupRecord, take_backup
@@ -392,6 +393,15 @@ class MemoryService:
         if self.sweeper is None:
             raise ConfigError("this service has no sweep log: open it with one to sweep")
         return self.sweeper.run(as_utc(now) if now else self.clock.now(), dry_run=dry_run, tenant=tenant)
+
+    def shards(self) -> dict[str, Any]:
+        """How users are routed and each shard's place (its Ray node, when it is an actor),
+        files and counts: what ``longmem shards status`` prints."""
+        shards = self.facts.health()
+        return {
+            "routing": f"blake2b-64(user id) mod {len(shards)} (fixed when the data dir was made)",
+            "shards": shards,
+        }
 
     def backup(self, uri: str) -> BackupRecord:
         """Copy every shard and the profile store to a new backup under ``uri`` (a path or a

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +32,7 @@ class LocalCluster:
 
     root: Path
     address: str = ""
+    ray_dir: Path | None = None
     nodes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     def _start(self, name: str, args: list[str], resources: dict[str, float], cpus: int) -> None:
@@ -51,12 +54,14 @@ class LocalCluster:
 
     def start_head(self, resources: dict[str, float], cpus: int = 2) -> None:
         port = free_port()
+        # Ray's socket paths live under its temp dir and may not pass 107 bytes: a short one.
+        self.ray_dir = Path(tempfile.mkdtemp(prefix="lmray-"))
         args = [
             "--head",
             "--port",
             str(port),
             "--temp-dir",
-            str(self.root / "ray"),
+            str(self.ray_dir),
             "--include-dashboard",
             "false",
         ]
@@ -100,3 +105,5 @@ class LocalCluster:
             except ProcessLookupError:
                 pass
             node.wait()
+        if self.ray_dir is not None:
+            shutil.rmtree(self.ray_dir, ignore_errors=True)

@@ -130,6 +130,12 @@ def test_backup_and_restore_from_the_command_line(tmp_path: Path) -> None:
 
     data, restored, backups = tmp_path / "data", tmp_path / "restored", tmp_path / "backups"
     assert longmem("--data-dir", str(data), "remember", "--user", "ana", "I sail on weekends").returncode == 0
+    status = longmem("--data-dir", str(data), "shards", "status")
+    assert status.returncode == 0, status.stderr
+    layout = json.loads(status.stdout)
+    assert [s["shard"] for s in layout["shards"]] == [0, 1, 2, 3] and sum(
+        s["facts"] for s in layout["shards"]
+    ) == 1
     made = longmem("--data-dir", str(data), "backup", "--to", str(backups))
     assert made.returncode == 0, made.stderr
     record = json.loads(made.stdout)

@@ -162,6 +162,27 @@ def test_shards_run_on_the_data_node_and_a_job_from_the_head_sweeps_them(app: Cl
     assert record["deleted"] == 2 * len(users)
     for user in users:
         assert _listed(app, user) == kept[user]
+    status = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "longmem",
+            "shards",
+            "status",
+            "--url",
+            str(app.acme.base_url),
+            "--api-key",
+            OPERATOR_KEY,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert status.returncode == 0, status.stderr
+    layout = json.loads(status.stdout)
+    print("longmem shards status:", json.dumps(layout))
+    assert [s["node"] for s in layout["shards"]] == [data_node, data_node]
+    assert sum(s["facts"] for s in layout["shards"]) >= len(users)
 
 
 def test_a_dead_data_node_is_replaced_by_a_node_restored_from_the_last_backup(app: ClusterApp) -> None:

@@ -1,5 +1,5 @@
 """Admin routes: run the expiry sweep of the caller's tenant (every tenant's for operators),
-read the sweep log, back up the stores (operators)."""
+read the sweep log, back up the stores and show the shard layout (operators)."""
 
 from __future__ import annotations
 
@@ -49,6 +49,13 @@ def admin_router(rt: Runtime) -> APIRouter:
         if uri is None:
             raise HTTPException(409, "the server has no storage.backup_uri: set it, then back up")
         return rt.service.backup(uri).model_dump(mode="json")
+
+    @router.get("/shards")
+    def shards(principal: Principal = caller) -> dict[str, object]:
+        """How users are routed, and each shard's node, directory and counts (operator keys)."""
+        if not principal.operator:
+            raise AuthError("only an operator key may read the shard layout", status=403)
+        return rt.service.shards()
 
     @router.get("/sweeps")
     def sweeps(limit: int = Query(50, ge=1, le=1000), principal: Principal = caller) -> dict[str, object]:

@@ -112,6 +112,10 @@ class FactStore(UserFacts, Protocol):
         """Copy every shard under ``uri`` (see :mod:`memory_core.store.backup`); what each held."""
         ...
 
+    def health(self) -> list[dict[str, Any]]:
+        """Each shard's place, files, log state and counts, in routing order."""
+        ...
+
 
 def read_manifest(data_dir: Path) -> dict[str, Any] | None:
     """The settings a data dir was created with (format, shards, dim, embedder), or None if new."""
@@ -163,6 +167,10 @@ class ShardHandle(UserFacts, Protocol):
 
     def stats(self) -> dict[str, int]:
         """Counts for health checks and metrics."""
+        ...
+
+    def health(self) -> dict[str, Any]:
+        """Where the shard runs and its files are, whether its log takes writes, its counts."""
         ...
 
     def pending_turns(self) -> list[PendingTurns]:
@@ -295,6 +303,10 @@ class ShardedFactStore:
     def backup(self, uri: str) -> list[dict[str, int]]:
         """Copy each shard to its own directory under ``uri``, one after the other."""
         return [shard.backup(f"{uri}/{shard_part(no)}") for no, shard in enumerate(self.shards)]
+
+    def health(self) -> list[dict[str, Any]]:
+        """Each shard's :meth:`ShardHandle.health`, in routing order, with its number."""
+        return [{**shard.health(), "shard": no} for no, shard in enumerate(self.shards)]
 
     def snapshot(self) -> None:
         """Snapshot every shard (faster next open)."""

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import faiss
 import numpy as np
@@ -504,6 +505,10 @@ class FactShard:
                 "records_since_snapshot": self._records_since_snapshot,
                 "snapshot_failures": self._snapshot_failures,
             }
+
+    def health(self) -> dict[str, Any]:
+        """Where the shard's files are, whether its log takes writes, and its counts."""
+        return {"directory": str(self.directory), "log_writable": self.log_writable(), **self.stats()}
 
     def log_writable(self) -> bool:
         """Whether the open log segment can still be appended to (health checks)."""
