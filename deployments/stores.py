@@ -239,7 +239,7 @@ class ShardClient(ActorClient):
     def answer(self, user_id: str, key: str, since: datetime) -> StoredAnswer | None:
         return self._call("answer", user_id, key, since)  # type: ignore[no-any-return]
 
-    def backup(self, uri: str) -> dict[str, int]:
+    def backup(self, uri: str) -> dict[str, Any]:
         # The copy runs on the shard's node and may take a while: the load timeout bounds it.
         return self._call("backup", uri, timeout_s=self._long_timeout_s)  # type: ignore[no-any-return]
 
@@ -278,7 +278,7 @@ class ProfileClient(ActorClient):
     def erase_user(self, user_id: str) -> int:
         return self._call("erase_user", user_id)  # type: ignore[no-any-return]
 
-    def backup(self, uri: str) -> int:
+    def backup(self, uri: str) -> dict[str, Any]:
         return self._call("backup", uri, timeout_s=self._long_timeout_s)  # type: ignore[no-any-return]
 
     def health(self, timeout_s: float | None = None) -> dict[str, Any]:

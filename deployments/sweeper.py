@@ -11,7 +11,7 @@ import ray
 from ray.actor import ActorHandle
 
 from deployments.stores import actor_options, data_placement, open_shards
-from memory_core.errors import ConfigError, LongmemError
+from memory_core.errors import ConfigError, LongmemError, StorageError
 from memory_core.settings import Settings
 from memory_core.store.facts import read_manifest
 from memory_core.sweep import SweepLog, SweepRecord, SweepRunner, SweepScheduler, SweepTrigger
@@ -79,6 +79,7 @@ def find_sweeper(settings: Settings) -> ActorHandle:
 
     Raises:
         ConfigError: no app runs and the data dir holds no longmem data.
+        StorageError: no node that holds shards answered within the call timeout.
     """
     try:
         return ray.get_actor(SWEEPER_ACTOR_NAME, namespace=settings.serve.namespace)
@@ -86,7 +87,13 @@ def find_sweeper(settings: Settings) -> ActorHandle:
         pass  # no app running in this namespace
     data_dir = settings.storage.data_dir.resolve()
     probe = ray.remote(_manifest_on_data_node).options(**data_placement(settings))
-    found = ray.get(probe.remote(str(data_dir)))
+    try:
+        found = ray.get(probe.remote(str(data_dir)), timeout=settings.serve.call_timeout_s)
+    except ray.exceptions.GetTimeoutError:
+        raise StorageError(
+            f"no node that holds shards (Ray resource {settings.serve.shard_resource or 'any'}) "
+            f"answered within {settings.serve.call_timeout_s} s: is the data node up?"
+        ) from None
     if found is None:
         raise ConfigError(f"{data_dir} holds no longmem data (no manifest) on the nodes that hold shards")
     storage = settings.storage.model_copy(update={"shards": int(found["shards"])})

@@ -115,6 +115,8 @@ def cmd_backup(settings: Settings, args: argparse.Namespace) -> None:
     if args.url:
         from longmem.client import Client  # only this form talks HTTP
 
+        if args.to:
+            raise ConfigError("--to is for a backup made here; a server backs up to its storage.backup_uri")
         with Client(args.url, api_key=args.api_key) as client:
             record = client.backup()
     else:

@@ -405,7 +405,9 @@ class MemoryService:
 
     def backup(self, uri: str) -> BackupRecord:
         """Copy every shard and the profile store to a new backup under ``uri`` (a path or a
-        pyarrow filesystem URI); see :func:`memory_core.backups.take_backup`."""
+        pyarrow filesystem URI); see :func:`memory_core.backups.take_backup`. Named by the wall
+        clock, not the service's (which may be simulated): backups of one store sort by when
+        they were taken."""
         return take_backup(
             self.facts, self.profiles, self.embedder.dim, self.embedder.name, uri, datetime.now(UTC)
         )

@@ -47,6 +47,15 @@ class StorageSettings(BaseModel):
         "node reaches. None: backups only where the command line says.",
     )
 
+    @field_validator("backup_uri")
+    @classmethod
+    def _backup_uri_absolute(cls, uri: str | None) -> str | None:
+        # Each process of a served app has its own working directory: a relative path would
+        # name a different place in each.
+        if uri is not None and "://" not in uri and not Path(uri).expanduser().is_absolute():
+            raise ValueError(f"backup_uri {uri!r} is a relative path: give an absolute path or a URI")
+        return uri
+
 
 class LimitSettings(BaseModel):
     """Input limits enforced before anything is written."""

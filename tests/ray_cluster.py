@@ -39,6 +39,8 @@ class LocalCluster:
         log = self.root / f"{name}.log"
         command = [RAY, "start", "--block", "--disable-usage-stats", "--num-cpus", str(cpus)]
         command += ["--resources", json.dumps(resources), "--object-store-memory", str(200 << 20), *args]
+        # Nodes on one machine must not share the ports Ray would otherwise fix.
+        command += ["--dashboard-agent-listen-port", str(free_port())]
         with log.open("wb") as out:
             node = subprocess.Popen(
                 command, stdout=out, stderr=subprocess.STDOUT, env=ENV, start_new_session=True

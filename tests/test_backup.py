@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
@@ -14,12 +15,14 @@ import pytest
 from memory_core.backups import restore_backup
 from memory_core.clock import ManualClock
 from memory_core.embedding import Embedder
-from memory_core.errors import ConfigError
+from memory_core.errors import ConfigError, StorageError
 from memory_core.models import Role, Tag, Turn
 from memory_core.routing import shard_of
 from memory_core.service import MemoryService, Remember, open_local_service
 from memory_core.settings import Settings, StorageSettings
-from memory_core.store.backup import BACKUP_MANIFEST
+from memory_core.store import backup as backup_files
+from memory_core.store import shard as shard_module
+from memory_core.store.backup import BACKUP_MANIFEST, check_visible, join_uri, redact_uri, shard_part
 from tests.serve_app import OPERATOR_KEY, ServeApp, client
 
 USERS = ["ana", "bo", "eli", "gus"]
@@ -187,3 +190,103 @@ def test_the_served_app_backs_up_on_an_operator_call_and_the_backup_restores(
     )
     assert by_cli.returncode == 0, by_cli.stderr
     assert json.loads(by_cli.stdout)["id"] > record["id"]
+
+
+def test_uris_keep_their_query_and_lose_their_credentials() -> None:
+    assert join_uri("s3://bucket/lm?region=eu-west-1", "20260101T000000Z", "shard-0001") == (
+        "s3://bucket/lm/20260101T000000Z/shard-0001?region=eu-west-1"
+    )
+    assert join_uri("/srv/backups/", "x") == "/srv/backups/x"
+    assert redact_uri("s3://AKIA:s3cret@bucket/lm?region=eu&secret_key=abc&access_key=AKIA") == (
+        "s3://***@bucket/lm?region=eu&secret_key=***&access_key=***"
+    )
+    with pytest.raises(ValueError, match="relative path"):
+        StorageSettings(backup_uri="backups")
+
+
+def test_a_shard_takes_writes_while_its_backup_uploads(
+    service: MemoryService, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    service.remember("ana", [Remember("ana keeps bees", Tag.IDENTITY)])
+    real_upload = shard_module.upload
+    during: list[bool] = []
+
+    def upload_while_writing(directory: Path, uri: str) -> dict:
+        if shard_part(shard_of("ana", len(service.facts.shards))) not in uri:
+            return real_upload(directory, uri)
+        # Another caller writes to the shard while its copy is on its way.
+        writer = threading.Thread(
+            target=service.remember, args=("ana", [Remember("ana sold the hives", Tag.IDENTITY)])
+        )
+        writer.start()
+        writer.join(20)
+        during.append(not writer.is_alive())
+        return real_upload(directory, uri)
+
+    monkeypatch.setattr(shard_module, "upload", upload_while_writing)
+    record = service.backup(str(tmp_path / "backups"))
+    assert during == [True], "a write waited for the upload"
+    # The backup is the shard as it was when staged: the write during the upload is not in it.
+    assert sum(s.facts for s in record.shards) == 1
+    assert len(service.list_facts("ana")) == 2
+    assert not [p for s in service.facts.shards for p in s.directory.glob(".backup-*")]
+
+
+def test_a_restore_cut_short_never_opens_and_runs_again(
+    service: MemoryService,
+    settings: Settings,
+    clock: ManualClock,
+    embedder: Embedder,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _fill(service)
+    before = _state(service)
+    service.backup(str(tmp_path / "backups"))
+    target = tmp_path / "restored"
+    real_download = backup_files.download
+    calls: list[str] = []
+
+    def fail_on_the_third(uri: str, sums: dict, directory: Path) -> int:
+        calls.append(uri)
+        if len(calls) == 3:
+            raise StorageError("the network went away")
+        return real_download(uri, sums, directory)
+
+    monkeypatch.setattr("memory_core.backups.download", fail_on_the_third)
+    with pytest.raises(StorageError, match="network"):
+        restore_backup(str(tmp_path / "backups"), target, settings.limits)
+    restored_settings = settings.model_copy(
+        update={"storage": StorageSettings(data_dir=target, shards=settings.storage.shards)}
+    )
+    with pytest.raises(ConfigError, match="did not finish"):
+        open_local_service(restored_settings, clock, embedder)
+    monkeypatch.setattr("memory_core.backups.download", real_download)
+    restore_backup(str(tmp_path / "backups"), target, settings.limits)
+    again = open_local_service(restored_settings, clock, embedder)
+    try:
+        assert _state(again) == before
+    finally:
+        again.close()
+
+
+def test_a_damaged_backup_file_fails_the_restore_and_a_broken_manifest_is_passed_over(
+    service: MemoryService, settings: Settings, tmp_path: Path
+) -> None:
+    service.remember("ana", [Remember("ana keeps bees", Tag.IDENTITY)])
+    first = service.backup(str(tmp_path / "backups"))
+    second = service.backup(str(tmp_path / "backups"))
+    shard = next(s for s in second.shards if s.facts)
+    snapshot = next(name for name in shard.files if name.endswith(".arrow"))
+    damaged = tmp_path / "backups" / second.id / shard_part(shard.shard) / snapshot
+    data = bytearray(damaged.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    damaged.write_bytes(bytes(data))
+    with pytest.raises(StorageError, match="damaged"):
+        restore_backup(str(tmp_path / "backups" / second.id), tmp_path / "from-second", settings.limits)
+    # A manifest that cannot be read is no backup: the newest readable one is chosen.
+    (tmp_path / "backups" / second.id / BACKUP_MANIFEST).write_text("{ torn")
+    assert restore_backup(str(tmp_path / "backups"), tmp_path / "from-first", settings.limits).id == first.id
+    # Files written where this process does not see them fail the check before any manifest.
+    with pytest.raises(StorageError, match="every node reaches"):
+        check_visible(str(tmp_path / "elsewhere"), shard.files)

@@ -64,21 +64,22 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterApp]:
             "sweep": {"schedule_every": 0},
         }
         (root / "app.json").write_text(json.dumps(config))
-        serving = subprocess.Popen(
-            [sys.executable, "-m", "longmem", "--config", str(root / "app.json"), "serve"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env=ENV,
-        )
-        assert serving.stdout is not None
-        seen = []
-        for line in serving.stdout:
-            seen.append(line)
-            if "longmem is serving on" in line:
-                break
-        else:
-            raise AssertionError("longmem serve exited:\n" + "".join(seen[-40:]))
+        log = root / "serve.log"
+        with log.open("w") as out:
+            serving = subprocess.Popen(
+                [sys.executable, "-m", "longmem", "--config", str(root / "app.json"), "serve"],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                text=True,
+                env=ENV,
+            )
+        deadline = time.monotonic() + 600
+        while "longmem is serving on" not in log.read_text(errors="replace"):
+            if serving.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(
+                    "longmem serve did not start:\n" + log.read_text(errors="replace")[-4000:]
+                )
+            time.sleep(1)
         yield ClusterApp(cluster, config, data_dir, client(f"http://127.0.0.1:{port}", ADMIN_KEY), serving)
     finally:
         if serving is not None and serving.poll() is None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
@@ -14,12 +15,14 @@ from memory_core.errors import ConfigError, InvalidVectorError, StorageError, Va
 from memory_core.models import Fact, NewFact, Turn
 from memory_core.routing import shard_of
 from memory_core.settings import LimitSettings, StorageSettings, WorkingSettings
-from memory_core.store.backup import shard_part
-from memory_core.store.fsutil import write_atomically
+from memory_core.store.backup import join_uri, shard_part
+from memory_core.store.fsutil import fsync_dir, write_atomically
 from memory_core.store.inbox import PendingTurns, StoredAnswer
 from memory_core.store.shard import FactShard, UserErasure
 
 _MANIFEST = "longmem.json"
+_RESTORING = "RESTORING"
+_SCRATCH = "restore-scratch"
 _FORMAT = 1
 
 
@@ -108,7 +111,7 @@ class FactStore(UserFacts, Protocol):
         """Every accepted batch not written yet, each shard's in the order it was accepted."""
         ...
 
-    def backup(self, uri: str) -> list[dict[str, int]]:
+    def backup(self, uri: str) -> list[dict[str, Any]]:
         """Copy every shard under ``uri`` (see :mod:`memory_core.store.backup`); what each held."""
         ...
 
@@ -127,10 +130,14 @@ def open_manifest(data_dir: Path, shards: int, dim: int, embedder: str) -> None:
     """Create the data dir's manifest, or check that it matches these settings.
 
     Raises:
-        ConfigError: the data dir was made with another shard count or embedder.
+        ConfigError: the data dir was made with another shard count or embedder, or a restore
+            into it did not finish.
     """
-    path = data_dir / _MANIFEST
-    wanted = {"format": _FORMAT, "shards": shards, "dim": dim, "embedder": embedder}
+    if restore_marker(data_dir).exists():
+        raise ConfigError(
+            f"a restore into {data_dir} did not finish: run longmem restore again (it starts over)"
+        )
+    wanted = _manifest(shards, dim, embedder)
     found = read_manifest(data_dir)
     if found is not None:
         for key, value in wanted.items():
@@ -141,7 +148,60 @@ def open_manifest(data_dir: Path, shards: int, dim: int, embedder: str) -> None:
                 )
         return
     data_dir.mkdir(parents=True, exist_ok=True)
-    write_atomically(path, lambda h: h.write(json.dumps(wanted).encode()))
+    _write_manifest(data_dir, wanted)
+
+
+def _manifest(shards: int, dim: int, embedder: str) -> dict[str, Any]:
+    return {"format": _FORMAT, "shards": shards, "dim": dim, "embedder": embedder}
+
+
+def _write_manifest(data_dir: Path, manifest: dict[str, Any]) -> None:
+    write_atomically(data_dir / _MANIFEST, lambda h: h.write(json.dumps(manifest).encode()))
+
+
+def restore_marker(data_dir: Path) -> Path:
+    """The file that says a restore into ``data_dir`` has begun and not finished."""
+    return data_dir / _RESTORING
+
+
+def begin_restore(data_dir: Path) -> None:
+    """Mark ``data_dir`` as being restored; a restore that did not finish is cleared away first
+    (what it left was never opened).
+
+    Raises:
+        StorageError: the marker cannot be written or the leftovers removed.
+    """
+    marker = restore_marker(data_dir)
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        if marker.exists():
+            for leftover in data_dir.iterdir():
+                if leftover != marker:
+                    shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink()
+    except OSError as exc:
+        raise StorageError(f"cannot clear the unfinished restore in {data_dir}: {exc}") from exc
+    write_atomically(marker, lambda h: h.write(b"restore in progress\n"))
+
+
+def finish_restore(data_dir: Path, shards: int, dim: int, embedder: str) -> None:
+    """Write the restored data dir's manifest, then remove the restore's scratch files and its
+    marker: from here on the data dir opens.
+
+    Raises:
+        StorageError: a file could not be written or removed.
+    """
+    _write_manifest(data_dir, _manifest(shards, dim, embedder))
+    try:
+        shutil.rmtree(data_dir / _SCRATCH, ignore_errors=True)
+        restore_marker(data_dir).unlink()
+        fsync_dir(data_dir)
+    except OSError as exc:
+        raise StorageError(f"cannot finish the restore into {data_dir}: {exc}") from exc
+
+
+def restore_scratch(data_dir: Path) -> Path:
+    """Where a restore puts files it reads once (the profile's Parquet copy)."""
+    return data_dir / _SCRATCH
 
 
 class ShardHandle(UserFacts, Protocol):
@@ -157,8 +217,8 @@ class ShardHandle(UserFacts, Protocol):
         ``now``; returns their ids."""
         ...
 
-    def backup(self, uri: str) -> dict[str, int]:
-        """Copy the shard to ``uri`` as one point in time; its snapshot seq, users, facts, bytes."""
+    def backup(self, uri: str) -> dict[str, Any]:
+        """Copy the shard to ``uri`` as one point in time; its snapshot seq, users, facts, files."""
         ...
 
     def snapshot(self, purge: bool = False) -> int:
@@ -300,9 +360,9 @@ class ShardedFactStore:
         """The answer kept for the user's call with ``key`` at ``since`` or later, if any."""
         return self._shard(user_id).answer(user_id, key, since)
 
-    def backup(self, uri: str) -> list[dict[str, int]]:
+    def backup(self, uri: str) -> list[dict[str, Any]]:
         """Copy each shard to its own directory under ``uri``, one after the other."""
-        return [shard.backup(f"{uri}/{shard_part(no)}") for no, shard in enumerate(self.shards)]
+        return [shard.backup(join_uri(uri, shard_part(no))) for no, shard in enumerate(self.shards)]
 
     def health(self) -> list[dict[str, Any]]:
         """Each shard's :meth:`ShardHandle.health`, in routing order, with its number."""

@@ -16,6 +16,7 @@ The log is rewritten on every erase, and when it holds over twice the records th
 from __future__ import annotations
 
 import json
+import shutil
 import struct
 import threading
 from collections import OrderedDict, deque
@@ -24,10 +25,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from memory_core.errors import CorruptionError
+from memory_core.errors import CorruptionError, StorageError
 from memory_core.models import Role, Turn, as_utc
 from memory_core.store import wal
-from memory_core.store.backup import upload
 from memory_core.store.fsutil import fsync_dir
 
 _SEQ = struct.Struct("<Q")
@@ -242,15 +242,21 @@ class TurnInbox:
         with self._lock:
             return [self._pending[seq] for seq in sorted(self._pending)]
 
-    def backup(self, uri: str) -> int:
-        """Copy the inbox's log to ``uri`` as it stands, with its writes held; bytes copied.
+    def stage(self, target: Path) -> None:
+        """Copy the inbox's log into ``target`` as it stands, with its writes held (a backup
+        uploads the copy afterwards).
 
         Raises:
             StorageError: the copy failed.
         """
         with self._lock:
-            names = [wal.segment_path(self.directory, seq).name for seq in wal.list_segments(self.directory)]
-            return upload(self.directory, names, uri)
+            try:
+                target.mkdir(parents=True)
+                for seq in wal.list_segments(self.directory):
+                    source = wal.segment_path(self.directory, seq)
+                    shutil.copyfile(source, target / source.name)
+            except OSError as exc:
+                raise StorageError(f"cannot stage inbox {self.directory} for a backup: {exc}") from exc
 
     def erase_user(self, user_id: str) -> InboxErasure:
         """Drop the user's pending batches and windows, and every byte of them on disk.

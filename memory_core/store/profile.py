@@ -15,7 +15,7 @@ import threading
 import unicodedata
 from datetime import datetime
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import duckdb
 import pyarrow as pa
@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 from memory_core.errors import NotFoundError, ProfileFullError, StorageError
 from memory_core.models import ProfileEntry, as_utc
 from memory_core.settings import LimitSettings
-from memory_core.store.backup import PROFILE_FILE, open_uri
+from memory_core.store.backup import PROFILE_FILE, upload_bytes
 from memory_core.store.fsutil import fsync_dir
 from memory_core.tenancy import SEPARATOR
 from memory_core.validation import check_text, check_user_id
@@ -93,8 +93,9 @@ class ProfileStore(Protocol):
         with how many entries it has."""
         ...
 
-    def backup(self, uri: str) -> int:
-        """Write every entry to ``uri`` (see :mod:`memory_core.store.backup`); how many."""
+    def backup(self, uri: str) -> dict[str, Any]:
+        """Write every entry to ``uri`` (see :mod:`memory_core.store.backup`): how many
+        (``entries``) and the file written (``files``)."""
         ...
 
     def close(self) -> None:
@@ -306,42 +307,41 @@ class DuckDBProfileStore:
         finally:
             self._db = self._connect()
 
-    def backup(self, uri: str) -> int:
-        """Write every entry to ``uri`` as one Parquet file; how many.
+    def backup(self, uri: str) -> dict[str, Any]:
+        """Write every entry to ``uri`` as one Parquet file: how many (``entries``), and the
+        file (``files``, :data:`memory_core.store.backup.FileSums`).
 
         Raises:
             StorageError: the copy failed.
         """
-        fs, base = open_uri(uri)
         with self._lock:
             try:
-                table: pa.Table = self._db.execute(
-                    "SELECT * FROM profile ORDER BY user_id, key"
-                ).to_arrow_table()
-                fs.create_dir(base, recursive=True)
-                pq.write_table(table, f"{base}/{PROFILE_FILE}", filesystem=fs)
-            except (duckdb.Error, OSError, pa.ArrowException) as exc:
-                raise StorageError(f"profile backup to {uri} failed: {exc}") from None
-        return int(table.num_rows)
+                table: pa.Table = self._db.sql("SELECT * FROM profile ORDER BY user_id, key").to_arrow_table()
+            except duckdb.Error as exc:
+                raise StorageError(f"profile backup failed: {exc}") from None
+        buffer = pa.BufferOutputStream()
+        pq.write_table(table, buffer)
+        files = upload_bytes(buffer.getvalue().to_pybytes(), uri, PROFILE_FILE)
+        return {"entries": int(table.num_rows), "files": files}
 
-    def restore(self, uri: str) -> int:
-        """Load the entries a :meth:`backup` wrote to ``uri`` into this empty store; how many.
+    def restore(self, path: Path) -> int:
+        """Load the entries a :meth:`backup` wrote (``path``, a local copy) into this empty
+        store; how many.
 
         Raises:
             StorageError: the store is not empty, or the file cannot be read or loaded.
         """
-        fs, base = open_uri(uri)
         with self._lock:
             if self._run("SELECT count(*) FROM profile") != [(0,)]:
                 raise StorageError(f"profile store {self.path} is not empty: restore into a new data dir")
             try:
-                table = pq.read_table(f"{base}/{PROFILE_FILE}", filesystem=fs)
+                table = pq.read_table(path)
                 self._db.register("restored", table)
-                self._db.execute("INSERT INTO profile SELECT * FROM restored")
+                self._db.execute("INSERT INTO profile BY NAME SELECT * FROM restored")
                 self._db.unregister("restored")
                 self._db.execute("CHECKPOINT")
             except (duckdb.Error, OSError, pa.ArrowException) as exc:
-                raise StorageError(f"profile restore from {uri} failed: {exc}") from None
+                raise StorageError(f"profile restore from {path} failed: {exc}") from None
         return int(table.num_rows)
 
     def ping(self) -> bool:

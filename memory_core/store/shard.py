@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import shutil
 import struct
 import threading
@@ -40,6 +41,8 @@ from memory_core.store.fsutil import TEMP_SUFFIX, lock_directory
 from memory_core.store.inbox import PendingTurns, StoredAnswer, TurnInbox
 from memory_core.store.partitions import Partitions
 from memory_core.validation import check_text, check_user_id, check_vectors
+
+_STAGING = ".backup-"  # a backup's staged copy inside the shard directory, removed after upload
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,10 @@ class FactShard:
             raise StorageError(f"cannot create shard directory {directory}: {exc}") from exc
         # Two writers on one log would interleave records: the second opener is refused.
         self._dir_lock = lock_directory(directory)
+        # A backup the process died in has left its staged copy; the backup itself has no
+        # manifest, so nothing reads it.
+        for staged in directory.glob(f"{_STAGING}*"):
+            shutil.rmtree(staged, ignore_errors=True)
         # Recovery allocates a million small objects that all live on: the cyclic GC would
         # rescan them over and over (15-30 % of load time at 1M facts) without freeing any.
         gc.disable()
@@ -425,23 +432,40 @@ class FactShard:
         with self._lock:
             return self._write_snapshot(purge, without=None)
 
-    def backup(self, uri: str) -> dict[str, int]:
+    def backup(self, uri: str) -> dict[str, Any]:
         """Copy the shard to ``uri`` as one point in time: a new snapshot, the empty log segment
-        after it and the turn inbox, with writes held until the copy is done.
+        after it and the turn inbox. Writes are held only while they are staged (hard links and
+        an inbox copy in the shard's directory), not for the upload.
 
         Returns:
-            The snapshot's sequence number, the users and facts it holds, the bytes copied.
+            The snapshot's sequence number, the users and facts it holds, the files written
+            (:data:`memory_core.store.backup.FileSums`).
 
         Raises:
-            StorageError: the snapshot or the copy failed (the shard itself is unharmed).
+            StorageError: the snapshot, the staging or the copy failed (the shard is unharmed).
         """
         with self._lock:
             seq = self._write_snapshot(purge=False, without=None)
-            files = [*snap.snapshot_files(self.directory, seq), wal.segment_path(self.directory, seq)]
-            copied = upload(self.directory, [f.name for f in files], uri)
-            copied += self._inbox.backup(f"{uri}/inbox")
             users, facts = self._mem.counts()
-            return {"seq": seq, "users": users, "facts": facts, "bytes": copied}
+            staging = self.directory / f"{_STAGING}{seq}"
+            try:
+                staging.mkdir()
+                for path in snap.snapshot_files(self.directory, seq):
+                    os.link(path, staging / path.name)  # snapshots are never rewritten
+                wal.segment_path(staging, seq).touch()  # the segment after a new snapshot is empty
+            except OSError as exc:
+                shutil.rmtree(staging, ignore_errors=True)
+                raise StorageError(f"cannot stage shard {self.directory} for a backup: {exc}") from exc
+            try:
+                self._inbox.stage(staging / "inbox")
+            except StorageError:
+                shutil.rmtree(staging, ignore_errors=True)
+                raise
+        try:
+            files = upload(staging, uri)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        return {"seq": seq, "users": users, "facts": facts, "files": files}
 
     def _write_snapshot(self, purge: bool, without: str | None) -> int:
         seq = self._current_seq + 1
