@@ -84,7 +84,7 @@ def cmd_eval_locomo(settings: Settings, args: argparse.Namespace) -> None:
     ]
     names = _systems(args.systems)
     embedder = make_embedder(settings.embedder)
-    engine = make_engine(settings.llm) if "longmem" in names else None
+    engine = make_engine(settings.llm) if "longmem" in names or args.qa else None
     systems: list[System] = []
     try:
         for name in names:
@@ -98,7 +98,7 @@ def cmd_eval_locomo(settings: Settings, args: argparse.Namespace) -> None:
                 from benchmarks.mem0_locomo import Mem0System
 
                 systems.append(Mem0System(settings, args.work_dir))
-        report = run_locomo(conversations, systems, args.k, _stderr)
+        report = run_locomo(conversations, systems, args.k, _stderr, qa=engine if args.qa else None)
     finally:
         for system in systems:
             close = getattr(system, "close", None)
@@ -145,6 +145,12 @@ def add_eval_locomo(evaluate: Any) -> None:
         "--quick",
         action="store_true",
         help=f"{QUICK_HELP}; flags given beside it win",
+    )
+    cmd.add_argument(
+        "--qa",
+        action="store_true",
+        help="also answer each question from each system's context with the LLM and judge the answer "
+        "CORRECT/WRONG against the gold one (J, per category, context tokens per answer)",
     )
     cmd.add_argument(
         "--window-turns", type=_positive, help="turns the window baseline keeps (default: working.turns)"

@@ -12,7 +12,7 @@ import re
 from collections.abc import Sequence
 
 from memory_core.llm.base import ChatMessage
-from memory_core.models import ProfileEntry, RecallHit, Turn
+from memory_core.models import Fact, ProfileEntry, RecallHit, Turn
 
 SYSTEM_RULES = (
     "You are a helpful assistant talking with one person, and you remember them from earlier "
@@ -80,6 +80,14 @@ def render_profile(entries: Sequence[ProfileEntry]) -> str:
     return "<profile>\n" + "\n".join(lines) + ("\n" if lines else "") + "</profile>"
 
 
+def event_span(fact: Fact) -> str:
+    """The time a fact speaks of (``2026-03-02``, or ``2026-03-02 to 2026-03-08``), empty if none."""
+    if fact.event_start is None:
+        return ""
+    end = f" to {fact.event_end.isoformat()}" if fact.event_end not in (None, fact.event_start) else ""
+    return f"{fact.event_start.isoformat()}{end}"
+
+
 def render_memories(hits: Sequence[RecallHit]) -> str:
     """Recalled facts as numbered, dated, quoted lines: when each was said, and the time it speaks
     of when it names one."""
@@ -87,12 +95,7 @@ def render_memories(hits: Sequence[RecallHit]) -> str:
     for n, hit in enumerate(hits, 1):
         fact = hit.fact
         when = fact.created_at.date().isoformat()
-        event = ""
-        if fact.event_start is not None:
-            end = (
-                f" to {fact.event_end.isoformat()}" if fact.event_end not in (None, fact.event_start) else ""
-            )
-            event = f", time {fact.event_start.isoformat()}{end}"
+        event = f", time {event_span(fact)}" if fact.event_start is not None else ""
         until = f", until {fact.expire_at.isoformat(timespec='minutes')}" if fact.expire_at else ""
         lines.append(f"[{n}] ({when}, {fact.tag.value}{event}{until}) {quote(second_person(fact.text))}")
     return "<memories>\n" + "\n".join(lines) + ("\n" if lines else "") + "</memories>"

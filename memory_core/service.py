@@ -18,7 +18,7 @@ from memory_core.models import Fact, Layer, NewFact, ProfileEntry, RecallHit, Ro
 from memory_core.prompt import build_messages, build_prompt
 from memory_core.recall import Recaller
 from memory_core.settings import Settings
-from memory_core.store.facts import FactStore, LocalFactStore, ShardedFactStore
+from memory_core.store.facts import FactStore, LocalFactStore
 from memory_core.store.profile import DuckDBProfileStore, ProfileStore
 from memory_core.sweep import SweepLog, SweepRecord, SweepRunner
 from memory_core.telemetry import configure_tracing
@@ -104,8 +104,6 @@ class MemoryService:
             self._write = WritePath(settings, llm, embedder, facts, profiles, forgetter, tokenizer)
         self.sweeper: SweepRunner | None = None
         if sweep_log is not None:
-            if not isinstance(facts, ShardedFactStore):
-                raise ConfigError("the expiry sweep needs a sharded fact store")
             self.sweeper = SweepRunner(facts.shards, settings.sweep, sweep_log, clock=self.clock)
 
     def _write_path(self) -> WritePath:

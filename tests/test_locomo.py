@@ -11,6 +11,7 @@ import pytest
 from longmem.cli import main
 from memory_core.embedding import Embedder
 from memory_core.errors import ValidationError
+from memory_core.evaluation.answers import judge
 from memory_core.evaluation.locomo import (
     ConversationRun,
     LongmemSystem,
@@ -24,6 +25,8 @@ from memory_core.evaluation.locomo import (
     parse_conversation,
     parse_evidence,
     parse_session_time,
+    report_table,
+    run_locomo,
     score_system,
 )
 from memory_core.llm.base import LLMEngine
@@ -68,7 +71,7 @@ def _conversation() -> dict[str, object]:
             {"question": "Where does Ana work?", "answer": "hospital", "evidence": ["D1:3"], "category": 4},
             {
                 "question": "Which race is Ben training for, and what pet did he adopt?",
-                "answer": "x",
+                "answer": "the Berlin marathon; a beagle",
                 "evidence": ["D2:1; D1:2"],
                 "category": 2,
             },
@@ -180,6 +183,9 @@ def test_longmem_keeps_source_turns_and_resumes_without_new_llm_calls(
     assert sources and sources <= {"D1:1", "D1:2", "D1:3"}
     # The dog question finds the memory written from Ben's turn.
     assert "D1:2" in {s for r in first.results[0] for s in r.sources}
+    # An answering LLM reads each memory dated and with the speaker it belongs to named.
+    assert all(line.startswith("(said 2023-05-08") for line in first.context(0) if "profile)" not in line)
+    assert "Ben" in " ".join(first.context(0)) and "User" not in " ".join(first.context(0))
     again = system.run(conv.limited(sessions=1), k=3)
     assert again.llm_calls == first.llm_calls and again.ingest_seconds == first.ingest_seconds
     assert [[r.text for r in got] for got in again.results] == [
@@ -236,3 +242,26 @@ def test_shared_dataset_loads_whole() -> None:
     assert sum(len(c.questions) for c in conversations) == 999
     # Two category-3 questions of conv-26 cite no turn: they cannot be scored and are left out.
     assert sum(len(c.limited().questions) for c in conversations) == 997
+
+
+def test_answers_from_each_system_are_judged_against_the_gold_answer(
+    locomo_dir: Path, embedder: Embedder, qwen: LLMEngine
+) -> None:
+    found = judge(
+        qwen,
+        "What is the name of Ben's dog?",
+        "1",
+        "Max",
+        ["(said 2023-05-08) Ben: I adopted a beagle named Max."],
+    )
+    assert found.correct and "Max" in found.answer and found.context_tokens > 5
+    assert not judge(qwen, "What is the name of Ben's dog?", "1", "Max", []).correct
+    unrelated = ["(said 2023-05-08) Ana: I started as a nurse at the city hospital."]
+    assert not judge(qwen, "What is the name of Ben's dog?", "1", "Max", unrelated).correct
+    [conv] = load_locomo(locomo_dir)
+    report = run_locomo([conv], [RawTurnsSystem(embedder), WindowSystem(turns=1)], k=2, qa=qwen)
+    raw, window = report["systems"]["raw_turns"]["qa"], report["systems"]["window"]["qa"]
+    # Three questions have a gold answer (category 5 has none); the window sees only the last turn.
+    assert raw["questions"] == 3 and len(raw["answers"]) == 3 and raw["j"] > window["j"]
+    assert raw["answers"][0]["answer"] and raw["context_tokens_mean"] > window["context_tokens_mean"]
+    assert "J" in report_table(report)

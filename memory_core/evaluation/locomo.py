@@ -32,13 +32,16 @@ from memory_core.clock import ManualClock
 from memory_core.dates import find_times
 from memory_core.embedding import Embedder
 from memory_core.errors import ValidationError
+from memory_core.evaluation.answers import judge, summarize
 from memory_core.llm.base import LLMEngine
-from memory_core.models import Role, Turn
+from memory_core.models import Fact, Role, Turn
+from memory_core.prompt import event_span
 from memory_core.service import open_local_service
 from memory_core.settings import Settings
 from memory_core.store.fsutil import write_atomically
 
 HEADLINE_EXCLUDED = "5"
+_USER = re.compile(r"\bUser\b")
 _DIA_ID = re.compile(r"D:?(\d+):(\d+)")
 _SESSION_KEY = re.compile(r"session_(\d+)")
 _SESSION_TIME = "%I:%M %p on %d %B, %Y"
@@ -75,6 +78,7 @@ class LocomoQuestion:
     question: str
     evidence: tuple[str, ...]
     category: str
+    answer: str = ""  # the gold answer (none for category 5, whose answer is not in the chat)
 
 
 @dataclass(frozen=True)
@@ -90,6 +94,10 @@ class LocomoConversation:
     def turns(self) -> list[LocomoTurn]:
         """Every turn, in order."""
         return [turn for session in self.sessions for turn in session.turns]
+
+    def session_dates(self) -> dict[str, str]:
+        """Each turn id's session date (``2023-05-08``): what a reader of a raw turn knows of its time."""
+        return {t.dia_id: s.at.date().isoformat() for s in self.sessions for t in s.turns}
 
     @property
     def fingerprint(self) -> str:
@@ -178,6 +186,7 @@ def parse_conversation(conv_id: str, data: dict[str, Any]) -> LocomoConversation
                 question=str(q["question"]),
                 evidence=tuple(e for e in parse_evidence(q.get("evidence", [])) if e in known),
                 category=str(q["category"]),
+                answer=str(q.get("answer", "")),
             )
             for q in data["qa"]
         )
@@ -228,6 +237,7 @@ class Retrieved:
     text: str
     sources: tuple[str, ...]
     score: float = 0.0
+    context: str = ""  # what an answering LLM reads of it (dated); ``text`` when empty
 
 
 @dataclass
@@ -241,6 +251,14 @@ class ConversationRun:
     llm_tokens: int = 0
     ingest_seconds: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
+    # Per question, what the system puts before its recalled memories whatever the question
+    # (longmem's profiles): part of the answering context.
+    background: list[list[str]] = field(default_factory=list)
+
+    def context(self, n: int) -> list[str]:
+        """What question ``n`` is answered from: the background, then each memory's context."""
+        lines = self.background[n] if self.background else []
+        return [*lines, *(r.context or r.text for r in self.results[n])]
 
 
 class System(Protocol):
@@ -281,6 +299,12 @@ def _top_k(matrix: np.ndarray, query: np.ndarray, k: int) -> list[tuple[int, flo
     return [(int(i), float(scores[i])) for i in order]
 
 
+def _turn_retrieved(turn: LocomoTurn, dates: dict[str, str], score: float = 0.0) -> Retrieved:
+    return Retrieved(
+        turn.content, (turn.dia_id,), score, context=f"(said {dates[turn.dia_id]}) {turn.content}"
+    )
+
+
 class RawTurnsSystem:
     """Classic RAG: every turn embedded on its own, questions answered by the k nearest turns."""
 
@@ -296,9 +320,9 @@ class RawTurnsSystem:
         matrix = self._embedder.embed_passages([t.content for t in turns])
         ingest = time.perf_counter() - start
         queries = self._embedder.embed_queries([q.question for q in conversation.questions])
+        dates = conversation.session_dates()
         results = [
-            [Retrieved(turns[i].content, (turns[i].dia_id,), score) for i, score in _top_k(matrix, q, k)]
-            for q in queries
+            [_turn_retrieved(turns[i], dates, score) for i, score in _top_k(matrix, q, k)] for q in queries
         ]
         return ConversationRun(conversation.id, results, memories=len(turns), ingest_seconds=ingest)
 
@@ -313,7 +337,8 @@ class WindowSystem:
 
     def run(self, conversation: LocomoConversation, k: int) -> ConversationRun:
         """Every question gets the same window (``k`` does not apply)."""
-        window = [Retrieved(t.content, (t.dia_id,)) for t in conversation.turns[-self.turns :]]
+        dates = conversation.session_dates()
+        window = [_turn_retrieved(t, dates) for t in conversation.turns[-self.turns :]]
         return ConversationRun(
             conversation.id,
             [window for _ in conversation.questions],
@@ -403,18 +428,23 @@ class LongmemSystem:
             self._ingest(svc, clock, conversation, state, state_path)
             clock.set(end)
 
-            def recall(user: str, question: str) -> list[Retrieved]:
-                hits = svc.recall(user, question, k, threshold=-1.0, at=end)
-                return [Retrieved(h.fact.text, h.fact.source_turn_ids, h.score) for h in hits]
+            def recall(speaker: str, question: str) -> list[Retrieved]:
+                hits = svc.recall(conversation.user_of(speaker), question, k, threshold=-1.0, at=end)
+                return [
+                    Retrieved(h.fact.text, h.fact.source_turn_ids, h.score, _fact_context(h.fact, speaker))
+                    for h in hits
+                ]
 
             results = [
-                merge_top_k(
-                    (
-                        recall(conversation.user_of(s), q.question)
-                        for s in conversation.asked_about(q.question)
-                    ),
-                    k,
-                )
+                merge_top_k((recall(s, q.question) for s in conversation.asked_about(q.question)), k)
+                for q in conversation.questions
+            ]
+            profiles = {
+                s: [f"({s}'s profile) {_as_speaker(e.text, s)}" for e in svc.profile(conversation.user_of(s))]
+                for s in conversation.speakers
+            }
+            background = [
+                [line for s in conversation.asked_about(q.question) for line in profiles[s]]
                 for q in conversation.questions
             ]
             users = [conversation.user_of(s) for s in conversation.speakers]
@@ -430,6 +460,7 @@ class LongmemSystem:
         return ConversationRun(
             conversation.id,
             results,
+            background=background,
             memories=len(live),
             llm_calls=state.llm_calls,
             llm_tokens=state.llm_tokens,
@@ -483,6 +514,18 @@ class LongmemSystem:
                 state.save(state_path)
 
 
+def _as_speaker(text: str, speaker: str) -> str:
+    """A stored note ("User's sister …") with the speaker it belongs to named, for a reader who
+    answers questions about both speakers."""
+    return _USER.sub(speaker.split()[0], text)
+
+
+def _fact_context(fact: Fact, speaker: str) -> str:
+    """A recalled fact dated as the chat prompt dates it: when it was said, and the time it speaks of."""
+    happened = f"; happened {event_span(fact)}" if fact.event_start is not None else ""
+    return f"(said {fact.created_at.date().isoformat()}{happened}) {_as_speaker(fact.text, speaker)}"
+
+
 def _mean(values: Sequence[float]) -> float | None:
     return round(sum(values) / len(values), 4) if values else None
 
@@ -533,8 +576,11 @@ def run_locomo(
     systems: Sequence[System],
     k: int,
     progress: Progress = lambda _: None,
+    qa: LLMEngine | None = None,
 ) -> dict[str, Any]:
-    """Run every system on every conversation and build the JSON report."""
+    """Run every system on every conversation and build the JSON report; with ``qa``, also
+    answer every question that has a gold answer from each system's context and judge it
+    (:mod:`memory_core.evaluation.answers`)."""
     if k < 1:
         raise ValidationError("k must be at least 1")
     start = time.perf_counter()
@@ -547,6 +593,15 @@ def run_locomo(
             progress(f"{system.name} {conversation.id}: {time.perf_counter() - began:.1f} s")
         report_systems[system.name] = score_system(conversations, runs)
         progress(f"{system.name}: evidence recall@{k} = {report_systems[system.name]['evidence_recall']}")
+        if qa is not None:
+            judged = [
+                judge(qa, question.question, question.category, question.answer, run.context(n))
+                for conversation, run in zip(conversations, runs, strict=True)
+                for n, question in enumerate(conversation.questions)
+                if question.answer
+            ]
+            report_systems[system.name]["qa"] = summarize(judged, HEADLINE_EXCLUDED)
+            progress(f"{system.name}: J = {report_systems[system.name]['qa']['j']}")
     return {
         "k": k,
         "conversations": [
@@ -559,25 +614,30 @@ def run_locomo(
             for c in conversations
         ],
         "systems": report_systems,
+        "qa_engine": qa.name if qa is not None else None,
         "wall_seconds": round(time.perf_counter() - start, 1),
     }
 
 
 def report_table(report: dict[str, Any]) -> str:
-    """The report as a small text table: one row per system."""
+    """The report as a small text table: one row per system (J and context tokens with --qa)."""
     categories = sorted({c for s in report["systems"].values() for c in s["by_category"]})
+    qa = any("qa" in s for s in report["systems"].values())
     head = ["system", f"recall@{report['k']}", *[f"cat {c}" for c in categories], "memories", "llm calls"]
+    head += ["J", "context tokens"] if qa else []
     rows = [head]
     for name, entry in report["systems"].items():
         cells = [entry["by_category"].get(c) for c in categories]
-        rows.append(
-            [
-                name,
-                str(entry["evidence_recall"]),
-                *[str(c) for c in cells],
-                str(entry["memories"]),
-                str(entry["llm_calls"]),
-            ]
-        )
+        row = [
+            name,
+            str(entry["evidence_recall"]),
+            *[str(c) for c in cells],
+            str(entry["memories"]),
+            str(entry["llm_calls"]),
+        ]
+        if qa:
+            judged = entry.get("qa", {})
+            row += [str(judged.get("j")), str(judged.get("context_tokens_mean"))]
+        rows.append(row)
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in rows)

@@ -102,6 +102,8 @@ class UserFacts(Protocol):
 class FactStore(UserFacts, Protocol):
     """Facts of all users, each user's facts searchable only by that user."""
 
+    shards: list[ShardHandle]  # in routing order; the expiry sweep walks them one by one
+
     def expire(self, now: datetime, limit: int | None = None, tenant: str | None = None) -> int:
         """Delete facts (of ``tenant``'s users, or of everyone) with expire_at before ``now``;
         returns how many."""
