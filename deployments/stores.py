@@ -111,9 +111,11 @@ class ShardActor(OwnerActor):
         limits: LimitSettings,
         snapshot_every: int,
         window_turns: int,
+        placement: list[str],
     ) -> None:
         root = Path(data_dir)
-        open_manifest(root, shards, dim, embedder)
+        _check_no_stray_shards(root, shard_no, shards, placement)
+        open_manifest(root, shards, dim, embedder, placement)
         self._target = FactShard(shard_dir(root, shard_no), dim, limits, snapshot_every, window_turns)
         self._shard_no = shard_no
 
@@ -121,6 +123,32 @@ class ShardActor(OwnerActor):
         """The shard's health (files, log writable, counts) and the Ray node it runs on."""
         node = ray.get_runtime_context().get_node_id()
         return {"shard": self._shard_no, "node": node, **self._target.health()}
+
+
+def shard_resource(placement: Sequence[str], shard_no: int) -> str | None:
+    """The Ray resource of the nodes that hold shard ``shard_no`` (None: any node)."""
+    return placement[shard_no % len(placement)] if placement else None
+
+
+def shard_data_dir(settings: Settings, shard_no: int) -> Path:
+    """The data dir that holds shard ``shard_no`` on its node (the profile store's: shard 0's)."""
+    resource = shard_resource(settings.serve.shard_resources, shard_no)
+    found = settings.storage.node_data_dirs.get(resource or "", settings.storage.data_dir)
+    return found.resolve()
+
+
+def _check_no_stray_shards(root: Path, shard_no: int, shards: int, placement: list[str]) -> None:
+    """Refuse to open where the files of a shard placed on other nodes lie: the placement changed
+    (``serve.shard_resources`` reordered or grown), and shards would open empty elsewhere."""
+    here = shard_resource(placement, shard_no)
+    strays = [
+        n for n in range(shards) if shard_resource(placement, n) != here and shard_dir(root, n).exists()
+    ]
+    if strays:
+        raise ConfigError(
+            f"{root} on this node ({here}) holds shard {strays[0]}, which serve.shard_resources places on "
+            f"{shard_resource(placement, strays[0])}: restore the placement the data dir was made with"
+        )
 
 
 class ProfileActor(OwnerActor):
@@ -289,9 +317,9 @@ class ProfileClient(ActorClient):
         self._call("close")
 
 
-def actor_options(settings: Settings, name: str, data: bool = True) -> dict[str, Any]:
-    """Ray options of a named store or writer actor; one that owns ``data`` goes where
-    ``serve.shard_resource`` says."""
+def actor_options(settings: Settings, name: str, data: int | None = 0) -> dict[str, Any]:
+    """Ray options of a named store or writer actor; one that owns shard ``data``'s files (the
+    profile store goes with shard 0) goes where ``serve.shard_resources`` says, None anywhere."""
     return {
         "name": name,
         "namespace": settings.serve.namespace,
@@ -299,17 +327,18 @@ def actor_options(settings: Settings, name: str, data: bool = True) -> dict[str,
         "get_if_exists": True,
         "max_restarts": -1,
         "max_task_retries": 0,
-        **(data_placement(settings) if data else {"num_cpus": 0}),
+        **(data_placement(settings, data) if data is not None else {"num_cpus": 0}),
     }
 
 
-def data_placement(settings: Settings) -> dict[str, Any]:
-    """Ray options that put a task or actor on the nodes holding the data dir
-    (``serve.shard_resource``; anywhere when unset)."""
+def data_placement(settings: Settings, shard_no: int = 0) -> dict[str, Any]:
+    """Ray options that put a task or actor on the nodes holding shard ``shard_no``'s files
+    (``serve.shard_resources``; anywhere when empty)."""
     # Two cores cannot give every replica and actor a whole CPU (DESIGN.md): they all take 0.
     placement: dict[str, Any] = {"num_cpus": 0}
-    if settings.serve.shard_resource:
-        placement["resources"] = {settings.serve.shard_resource: 0.001}
+    resource = shard_resource(settings.serve.shard_resources, shard_no)
+    if resource is not None:
+        placement["resources"] = {resource: 0.001}
     return placement
 
 
@@ -323,8 +352,8 @@ def open_shards(settings: Settings, dim: int, embedder: str) -> list[ShardClient
     clients = []
     for shard_no in range(settings.storage.shards):
         name = shard_actor_name(shard_no)
-        actor = remote.options(**actor_options(settings, name)).remote(
-            str(settings.storage.data_dir.resolve()),
+        actor = remote.options(**actor_options(settings, name, shard_no)).remote(
+            str(shard_data_dir(settings, shard_no)),
             shard_no,
             settings.storage.shards,
             dim,
@@ -332,11 +361,12 @@ def open_shards(settings: Settings, dim: int, embedder: str) -> list[ShardClient
             settings.limits,
             settings.storage.snapshot_every,
             settings.working.turns,
+            settings.serve.shard_resources,
         )
         clients.append(ShardClient(actor, f"shard {shard_no}", *_timeouts(settings)))
     for shard_no, shard in enumerate(clients):
         # A named actor left over from an app on another data dir would serve the wrong files.
-        expected = str(shard_dir(settings.storage.data_dir.resolve(), shard_no))
+        expected = str(shard_dir(shard_data_dir(settings, shard_no), shard_no))
         found = shard.health(settings.serve.load_timeout_s)["directory"]
         if found != expected:
             raise ConfigError(
@@ -355,10 +385,10 @@ def open_profile(settings: Settings) -> ProfileClient:
     actor = (
         ray.remote(ProfileActor)
         .options(**actor_options(settings, PROFILE_ACTOR_NAME))
-        .remote(str(settings.storage.data_dir.resolve()), settings.limits)
+        .remote(str(shard_data_dir(settings, 0)), settings.limits)
     )
     client = ProfileClient(actor, "profile store", *_timeouts(settings))
-    expected = str(settings.storage.data_dir.resolve() / "profile.duckdb")
+    expected = str(shard_data_dir(settings, 0) / "profile.duckdb")
     if client.health(settings.serve.load_timeout_s)["path"] != expected:
         raise ConfigError(f"actor {PROFILE_ACTOR_NAME} owns another data dir's profile, not {expected}")
     return client

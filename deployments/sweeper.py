@@ -10,7 +10,7 @@ from typing import Any
 import ray
 from ray.actor import ActorHandle
 
-from deployments.stores import actor_options, data_placement, open_shards
+from deployments.stores import actor_options, data_placement, open_shards, shard_data_dir
 from memory_core.errors import ConfigError, LongmemError, StorageError
 from memory_core.settings import Settings
 from memory_core.store.facts import read_manifest
@@ -36,7 +36,7 @@ class SweeperActor:
 
     def __init__(self, settings: Settings, dim: int, embedder: str) -> None:
         shards = open_shards(settings, dim, embedder)
-        log = SweepLog.for_data_dir(settings.storage.data_dir.resolve(), settings.sweep.log_keep)
+        log = SweepLog.for_data_dir(shard_data_dir(settings, 0), settings.sweep.log_keep)
         # Shard clients turn a dead or slow actor into StorageError, which the runner retries.
         self._runner = SweepRunner(shards, settings.sweep, log)
         self._scheduler = SweepScheduler(self._runner, settings.sweep)
@@ -75,7 +75,7 @@ def find_sweeper(settings: Settings) -> ActorHandle:
 
     Nothing is read from this process's disk, so a job submitted from any node works: the
     manifest (shard count, embedder) is read by a task placed where the shard actors run
-    (``serve.shard_resource``).
+    (``serve.shard_resources``).
 
     Raises:
         ConfigError: no app runs and the data dir holds no longmem data.
@@ -85,13 +85,13 @@ def find_sweeper(settings: Settings) -> ActorHandle:
         return ray.get_actor(SWEEPER_ACTOR_NAME, namespace=settings.serve.namespace)
     except ValueError:
         pass  # no app running in this namespace
-    data_dir = settings.storage.data_dir.resolve()
+    data_dir = shard_data_dir(settings, 0)
     probe = ray.remote(_manifest_on_data_node).options(**data_placement(settings))
     try:
         found = ray.get(probe.remote(str(data_dir)), timeout=settings.serve.call_timeout_s)
     except ray.exceptions.GetTimeoutError:
         raise StorageError(
-            f"no node that holds shards (Ray resource {settings.serve.shard_resource or 'any'}) "
+            f"no node that holds shard 0 (Ray resource {data_placement(settings).get('resources', 'any')}) "
             f"answered within {settings.serve.call_timeout_s} s: is the data node up?"
         ) from None
     if found is None:

@@ -187,7 +187,7 @@ def open_writers(settings: Settings, embedder: DeploymentHandle, llm: Deployment
     clients = []
     for shard_no in range(settings.storage.shards):
         options = {
-            **actor_options(settings, writer_actor_name(shard_no), data=False),
+            **actor_options(settings, writer_actor_name(shard_no), data=None),
             "max_concurrency": concurrency,
         }
         actor = remote.options(**options).remote(settings, shard_no, embedder, llm)

@@ -146,9 +146,19 @@ def cmd_shards(settings: Settings, args: argparse.Namespace) -> None:
         svc.close()
 
 
+def _shard_list(text: str) -> list[int]:
+    try:
+        numbers = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of shard numbers: {text!r} (e.g. 1,3)") from None
+    if not numbers or min(numbers) < 0:
+        raise argparse.ArgumentTypeError(f"not a list of shard numbers: {text!r} (e.g. 1,3)")
+    return numbers
+
+
 def cmd_restore(settings: Settings, args: argparse.Namespace) -> None:
-    """Rebuild the (new or empty) data dir from a backup."""
-    record = restore_backup(args.source, settings.storage.data_dir, settings.limits)
+    """Rebuild the (new or empty) data dir from a backup, or only some of its shards."""
+    record = restore_backup(args.source, settings.storage.data_dir, settings.limits, args.shards)
     _print(record.model_dump(mode="json"))
 
 
@@ -308,6 +318,12 @@ def _build_parser() -> argparse.ArgumentParser:
         dest="source",
         required=True,
         help="a backup, or a location holding several (the newest complete)",
+    )
+    cmd.add_argument(
+        "--shards",
+        type=_shard_list,
+        help="only these shards (e.g. 1,3: those of a dead node; the profile store goes with shard 0), "
+        "beside the shards the data dir already holds",
     )
     cmd.set_defaults(func=cmd_restore, standalone=True)
 

@@ -8,6 +8,7 @@ last backup (README, "Backups").
 from __future__ import annotations
 
 import time
+from collections.abc import Collection
 from datetime import datetime
 from pathlib import Path
 
@@ -104,39 +105,69 @@ def take_backup(
     return record
 
 
-def restore_backup(uri: str, data_dir: Path, limits: LimitSettings) -> BackupRecord:
-    """Rebuild ``data_dir`` (new or empty) from the backup at ``uri``, or from the newest complete
-    one under it, every file checked against the backup's listing. A marker written first and
-    removed last keeps a restore cut short from being opened as a data dir; running the restore
-    again starts it over.
+def restore_backup(
+    uri: str, data_dir: Path, limits: LimitSettings, shards: Collection[int] | None = None
+) -> BackupRecord:
+    """Rebuild ``data_dir`` from the backup at ``uri``, or from the newest complete one under it,
+    every file checked against the backup's listing: the whole data dir (new or empty), or only
+    ``shards`` (a node that held them died; the profile store goes with shard 0) beside the
+    shards other nodes hold. A marker written first and removed last keeps a restore cut short
+    from being opened; running the restore again clears what it wrote and starts over.
 
     Raises:
-        ConfigError: no complete backup there, or ``data_dir`` already holds data.
+        ConfigError: no complete backup there, a shard it does not hold, or the data dir already
+            holds what would be restored.
         StorageError: a file could not be read or written, or is not what the backup listed.
     """
     began = time.perf_counter()
     chosen, manifest = find_backup(uri)
     record = BackupRecord.model_validate({**manifest, "uri": redact_uri(chosen)})
+    held = {copy.shard for copy in record.shards}
+    wanted = held if shards is None else set(shards)
+    if not wanted <= held:
+        raise ConfigError(f"backup {record.uri} holds shards {sorted(held)}, not {sorted(wanted - held)}")
+    with_profile = 0 in wanted
+    profile_path = data_dir / "profile.duckdb"
+    owned = [shard_dir(data_dir, no) for no in sorted(wanted)] + ([profile_path] if with_profile else [])
     if not restore_marker(data_dir).exists():
-        if read_manifest(data_dir) is not None:
+        _check_free(data_dir, record, owned, whole=shards is None)
+    begin_restore(data_dir, owned)
+    for copy in record.shards:
+        if copy.shard in wanted:
+            download(join_uri(chosen, shard_part(copy.shard)), copy.files, shard_dir(data_dir, copy.shard))
+    if with_profile:
+        download(chosen, record.profile_files, restore_scratch(data_dir))
+        profiles = DuckDBProfileStore(profile_path, limits)
+        try:
+            loaded = profiles.restore(restore_scratch(data_dir) / PROFILE_FILE)
+        finally:
+            profiles.close()
+        if loaded != record.profile_entries:
+            raise StorageError(
+                f"backup {record.uri} lists {record.profile_entries} profile entries, its file {loaded}"
+            )
+    finish_restore(data_dir, len(record.shards), record.dim, record.embedder)
+    return record.model_copy(update={"seconds": round(time.perf_counter() - began, 3)})
+
+
+def _check_free(data_dir: Path, record: BackupRecord, owned: list[Path], whole: bool) -> None:
+    """Refuse a restore over data: a whole one needs a new or empty data dir, a partial one a data
+    dir of the same settings without the files it would write."""
+    found = read_manifest(data_dir)
+    if whole:
+        if found is not None:
             raise ConfigError(f"{data_dir} already holds longmem data: restore into a new or empty data dir")
         leftovers = list(data_dir.iterdir()) if data_dir.exists() else []
         if leftovers:
             raise ConfigError(
                 f"{data_dir} is not empty ({leftovers[0].name}, ...): restore into a new or empty data dir"
             )
-    begin_restore(data_dir)
-    for copy in record.shards:
-        download(join_uri(chosen, shard_part(copy.shard)), copy.files, shard_dir(data_dir, copy.shard))
-    download(chosen, record.profile_files, restore_scratch(data_dir))
-    profiles = DuckDBProfileStore(data_dir / "profile.duckdb", limits)
-    try:
-        loaded = profiles.restore(restore_scratch(data_dir) / PROFILE_FILE)
-    finally:
-        profiles.close()
-    if loaded != record.profile_entries:
-        raise StorageError(
-            f"backup {record.uri} lists {record.profile_entries} profile entries, its file {loaded}"
-        )
-    finish_restore(data_dir, len(record.shards), record.dim, record.embedder)
-    return record.model_copy(update={"seconds": round(time.perf_counter() - began, 3)})
+        return
+    if found is not None and (found.get("shards"), found.get("embedder")) != (
+        len(record.shards),
+        record.embedder,
+    ):
+        raise ConfigError(f"{data_dir} holds another store (its manifest: {found}): restore elsewhere")
+    present = [path.name for path in owned if path.exists()]
+    if present:
+        raise ConfigError(f"{data_dir} already holds {present[0]}: remove it, or restore elsewhere")

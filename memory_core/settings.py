@@ -40,6 +40,11 @@ class StorageSettings(BaseModel):
         ge=1,
         description="Write a snapshot after this many log records since the last one.",
     )
+    node_data_dirs: dict[str, Path] = Field(
+        default_factory=dict,
+        description="For a serve.shard_resources entry, the data dir on the nodes advertising it, where "
+        "that is not data_dir (several data nodes on one machine, as the multi-node tests run them).",
+    )
     backup_uri: str | None = Field(
         default=None,
         description="Where POST /v1/admin/backup (and `longmem backup` without --to) writes backups: a "
@@ -380,10 +385,11 @@ class ServeSettings(BaseModel):
         ge=0,
         description="GPUs reserved for the LLM deployment (1 on a cluster's GPU worker for vLLM).",
     )
-    shard_resource: str | None = Field(
-        default=None,
-        description="Custom Ray resource shard and profile actors require, to pin them to the nodes holding "
-        "the data dir (see cluster.yaml); None places them anywhere.",
+    shard_resources: list[str] = Field(
+        default_factory=list,
+        description="Custom Ray resources that pin shard actors to the nodes holding their files: shard i "
+        "runs on a node advertising shard_resources[i % len], the profile store with shard 0 (see "
+        "cluster.yaml). Fixed, in this order, once a data dir exists. Empty: anywhere (one machine).",
     )
     max_turns_per_request: int = Field(
         default=1000, ge=1, description="Most turns in one ingest request (a whole imported session fits)."
@@ -418,6 +424,12 @@ class ServeSettings(BaseModel):
         description="Send the inspector's session cookie over HTTPS only. None: when the sign-in came over "
         "HTTPS (set true behind a proxy that ends TLS).",
     )
+
+    @field_validator("shard_resources", mode="before")
+    @classmethod
+    def _one_resource_is_a_list(cls, value: object) -> object:
+        # LONGMEM_SERVE__SHARD_RESOURCES=longmem_data names one data node.
+        return [value] if isinstance(value, str) else value
 
     @property
     def most_ingress_replicas(self) -> int:

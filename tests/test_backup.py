@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import threading
@@ -23,6 +24,7 @@ from memory_core.settings import Settings, StorageSettings
 from memory_core.store import backup as backup_files
 from memory_core.store import shard as shard_module
 from memory_core.store.backup import BACKUP_MANIFEST, check_visible, join_uri, redact_uri, shard_part
+from memory_core.store.facts import shard_dir
 from tests.serve_app import OPERATOR_KEY, ServeApp, client
 
 USERS = ["ana", "bo", "eli", "gus"]
@@ -290,3 +292,50 @@ def test_a_damaged_backup_file_fails_the_restore_and_a_broken_manifest_is_passed
     # Files written where this process does not see them fail the check before any manifest.
     with pytest.raises(StorageError, match="every node reaches"):
         check_visible(str(tmp_path / "elsewhere"), shard.files)
+
+
+def test_the_shards_of_a_dead_node_are_restored_beside_the_others(
+    open_service: Callable[[], MemoryService],
+    settings: Settings,
+    clock: ManualClock,
+    embedder: Embedder,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    svc = open_service()
+    _fill(svc)
+    before = _state(svc)
+    svc.backup(str(tmp_path / "backups"))
+    lost = [u for u in USERS if shard_of(u, settings.storage.shards) == 1]
+    kept = [u for u in USERS if u not in lost]
+    # Written after the backup to the shard that lives on: still there after the restore.
+    svc.remember(kept[0], [Remember(f"{kept[0]} adopted a cat after the backup", Tag.IDENTITY)])
+    after = _state(svc)
+    svc.close()
+    data_dir = settings.storage.data_dir
+    with pytest.raises(ConfigError, match="already holds shard-0001"):
+        restore_backup(str(tmp_path / "backups"), data_dir, settings.limits, shards=[1])
+    shutil.rmtree(shard_dir(data_dir, 1))  # the node that held shard 1 died
+    real_download = backup_files.download
+
+    def cut_short(uri: str, sums: dict, directory: Path) -> int:
+        real_download(uri, sums, directory)
+        raise StorageError("the network went away")
+
+    monkeypatch.setattr("memory_core.backups.download", cut_short)
+    with pytest.raises(StorageError, match="network"):
+        restore_backup(str(tmp_path / "backups"), data_dir, settings.limits, shards=[1])
+    with pytest.raises(ConfigError, match="did not finish"):
+        open_local_service(settings, clock, embedder)
+    monkeypatch.setattr("memory_core.backups.download", real_download)
+    # Running it again clears only what the cut-short restore wrote: shard 0 is untouched.
+    restore_backup(str(tmp_path / "backups"), data_dir, settings.limits, shards=[1])
+    again = open_local_service(settings, clock, embedder)
+    try:
+        state = _state(again)
+        assert {u: state[u] for u in lost} == {u: before[u] for u in lost}
+        assert {u: state[u]["facts"] for u in kept} == {u: after[u]["facts"] for u in kept}
+    finally:
+        again.close()
+    with pytest.raises(ConfigError, match="holds shards"):
+        restore_backup(str(tmp_path / "backups"), tmp_path / "other", settings.limits, shards=[7])

@@ -19,12 +19,18 @@ import httpx
 import pytest
 
 from memory_core.backups import restore_backup
+from memory_core.routing import shard_of
 from memory_core.settings import LimitSettings
+from memory_core.store.facts import shard_dir
 from tests.ray_cluster import ENV, LocalCluster
 from tests.serve_app import ADMIN_KEY, OPERATOR_KEY, client, free_port
 
 T = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 NAMESPACE = "longmem-multinode"
+SHARDS = 4
+# Shard i runs on the node advertising RESOURCES[i % 2]: shards 0 and 2 (and the profile store)
+# on data-a, shards 1 and 3 on data-b.
+RESOURCES = ["longmem_data_a", "longmem_data_b"]
 
 
 @dataclass
@@ -43,18 +49,25 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterApp]:
     serving: subprocess.Popen[str] | None = None
     try:
         cluster.start_head({"head": 1})
-        cluster.add_node("data", {"longmem_data": 1})
-        cluster.add_node("worker", {"worker": 1})
+        cluster.add_node("data-a", {RESOURCES[0]: 1})
+        cluster.add_node("data-b", {RESOURCES[1]: 1})
         port = free_port()
-        data_dir = root / "data"
+        # Each data node has a data root of its own (on a real cluster: the same path on each
+        # node's disk; here, on one machine, two paths).
+        data_dir = root / "data-a"
         config = {
-            "storage": {"data_dir": str(data_dir), "shards": 2, "backup_uri": str(root / "backups")},
+            "storage": {
+                "data_dir": str(data_dir),
+                "node_data_dirs": {RESOURCES[1]: str(root / "data-b")},
+                "shards": SHARDS,
+                "backup_uri": str(root / "backups"),
+            },
             "serve": {
                 "host": "127.0.0.1",
                 "port": port,
                 "ray_address": cluster.address,
                 "namespace": NAMESPACE,
-                "shard_resource": "longmem_data",
+                "shard_resources": RESOURCES,
                 "ingress_replicas": 1,
                 "api_keys": [
                     {"key": ADMIN_KEY, "tenant": "acme", "admin": True},
@@ -99,7 +112,7 @@ from deployments.stores import shard_actor_name
 ray.init(address=ADDRESS, namespace={NAMESPACE!r}, log_to_driver=False)
 nodes = {{n["NodeID"]: sorted(n["Resources"]) for n in ray.nodes() if n["Alive"]}}
 shards = []
-for shard_no in range(2):
+for shard_no in range({SHARDS}):
     ok, health = ray.get(ray.get_actor(shard_actor_name(shard_no)).invoke.remote("health"))
     shards.append(health["node"])
 print(json.dumps({{"nodes": nodes, "shards": shards}}))
@@ -107,9 +120,15 @@ print(json.dumps({{"nodes": nodes, "shards": shards}}))
     return json.loads(app.cluster.python(code).strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
+def _expected_nodes(placement: dict) -> list[str]:
+    """The node each shard should run on: the one advertising its resource."""
+    by_resource = {resource: node for node, resources in placement["nodes"].items() for resource in resources}
+    return [by_resource[RESOURCES[n % len(RESOURCES)]] for n in range(SHARDS)]
+
+
 def _sweep_job(app: ClusterApp, data_dir: str, now: datetime) -> dict:
     """``python -m jobs.expiry_sweep`` as a driver on the head, with a settings file of its own."""
-    settings = {"storage": {"data_dir": data_dir}, "serve": {**app.config["serve"]}}
+    settings = {"storage": {**app.config["storage"], "data_dir": data_dir}, "serve": {**app.config["serve"]}}
     job_config = app.data_dir.parent / "job.json"
     job_config.write_text(json.dumps(settings))
     command = [
@@ -148,12 +167,12 @@ def _listed(app: ClusterApp, user: str) -> set[str]:
     return {m["id"] for m in app.acme.get(f"/v1/users/{user}/memories").json()["memories"]}
 
 
-def test_shards_run_on_the_data_node_and_a_job_from_the_head_sweeps_them(app: ClusterApp) -> None:
+def test_shards_spread_over_two_data_nodes_and_a_job_from_the_head_sweeps_them(app: ClusterApp) -> None:
     placement = _placement(app)
     print("placement:", json.dumps(placement))
-    data_node = next(node for node, resources in placement["nodes"].items() if "longmem_data" in resources)
     assert len(placement["nodes"]) == 3
-    assert placement["shards"] == [data_node, data_node]
+    assert placement["shards"] == _expected_nodes(placement)
+    assert len(set(placement["shards"])) == 2
     users = [f"mn{n}" for n in range(4)]
     kept = _store(app, users)
     # The head holds no data dir: the job is given the path the data node has, which does not
@@ -182,12 +201,15 @@ def test_shards_run_on_the_data_node_and_a_job_from_the_head_sweeps_them(app: Cl
     assert status.returncode == 0, status.stderr
     layout = json.loads(status.stdout)
     print("longmem shards status:", json.dumps(layout))
-    assert [s["node"] for s in layout["shards"]] == [data_node, data_node]
+    assert [s["node"] for s in layout["shards"]] == placement["shards"]
     assert sum(s["facts"] for s in layout["shards"]) >= len(users)
 
 
 def test_a_dead_data_node_is_replaced_by_a_node_restored_from_the_last_backup(app: ClusterApp) -> None:
-    users = ["mn-keep0", "mn-keep1", "mn-keep2"]
+    users = [f"mn-keep{n}" for n in range(6)]
+    on_b = [u for u in users if shard_of(f"acme:{u}", SHARDS) % 2 == 1]
+    on_a = [u for u in users if u not in on_b]
+    assert on_a and on_b
     for user in users:
         out = app.acme.post(
             f"/v1/users/{user}/memories", json={"memories": [{"text": f"{user} grows tomatoes"}]}
@@ -198,33 +220,38 @@ def test_a_dead_data_node_is_replaced_by_a_node_restored_from_the_last_backup(ap
         made = operator.post("/v1/admin/backup")
     assert made.status_code == 200, made.text
     backup = made.json()
-    # Acknowledged after the backup: what the README says a dead disk loses.
-    late = app.acme.post(
-        "/v1/users/mn-keep0/memories", json={"memories": [{"text": "mn-keep0 bought a kayak"}]}
-    )
-    assert late.status_code == 201
-    app.cluster.kill_node("data")
-    shutil.rmtree(app.data_dir)  # its disk died with it
-    restore_backup(backup["uri"], app.data_dir, LimitSettings())
+    # Acknowledged after the backup, on each node: what the README says a dead disk loses is what
+    # data-b held after it; data-a's shards live on.
+    late = {}
+    for user in (on_a[0], on_b[0]):
+        out = app.acme.post(
+            f"/v1/users/{user}/memories", json={"memories": [{"text": f"{user} bought a kayak"}]}
+        )
+        assert out.status_code == 201
+        late[user] = out.json()["memories"][0]["id"]
+    app.cluster.kill_node("data-b")
+    disk_b = Path(app.config["storage"]["node_data_dirs"][RESOURCES[1]])
+    assert shard_dir(disk_b, 1).is_dir() and not shard_dir(app.data_dir, 1).exists()
+    shutil.rmtree(disk_b)  # its disk died with it
+    restore_backup(backup["uri"], disk_b, LimitSettings(), shards=[1, 3])
     began = time.monotonic()
-    app.cluster.add_node("data-2", {"longmem_data": 1})
-    # Ray restarts the shard and profile actors on the new node, where they load the restored files.
+    app.cluster.add_node("data-b2", {RESOURCES[1]: 1})
+    # Ray restarts shards 1 and 3 on the new node, where they load the restored files.
     deadline = time.monotonic() + 240
     while True:
-        answer = app.acme.get("/v1/users/mn-keep1/memories")
+        answer = app.acme.get(f"/v1/users/{on_b[0]}/memories")
         if answer.status_code == 200 or time.monotonic() > deadline:
             break
         time.sleep(2)
     print(f"serving again {time.monotonic() - began:.1f} s after the new node joined")
     assert answer.status_code == 200, answer.text
     for user in users:
-        assert _listed(app, user) == before[user]
+        assert _listed(app, user) == before[user] | ({late[user]} if user == on_a[0] else set())
     placement = _placement(app)
-    (data_node,) = [node for node, resources in placement["nodes"].items() if "longmem_data" in resources]
-    assert placement["shards"] == [data_node, data_node]
+    assert placement["shards"] == _expected_nodes(placement)
 
 
-def test_with_no_app_running_the_job_opens_the_shards_on_the_data_node(app: ClusterApp) -> None:
+def test_with_no_app_running_the_job_opens_the_shards_on_their_data_nodes(app: ClusterApp) -> None:
     users = ["mn-late0", "mn-late1", "mn-late2"]
     kept = _store(app, users)
     app.serving.send_signal(signal.SIGTERM)
@@ -234,8 +261,7 @@ def test_with_no_app_running_the_job_opens_the_shards_on_the_data_node(app: Clus
     print(f"job with no app: {time.monotonic() - began:.1f} s, {json.dumps(record)}")
     assert record["status"] == "ok" and record["deleted"] == 2 * len(users)
     placement = _placement(app)
-    data_node = next(node for node, resources in placement["nodes"].items() if "longmem_data" in resources)
-    assert placement["shards"] == [data_node, data_node]
+    assert placement["shards"] == _expected_nodes(placement)
     left = json.loads(
         app.cluster.python(
             f"""
@@ -243,7 +269,7 @@ import json, ray
 from deployments.stores import shard_actor_name
 ray.init(address=ADDRESS, namespace={NAMESPACE!r}, log_to_driver=False)
 ids = []
-for shard_no in range(2):
+for shard_no in range({SHARDS}):
     for user in {[f"acme:{u}" for u in users]!r}:
         ok, facts = ray.get(ray.get_actor(shard_actor_name(shard_no)).invoke.remote("list_user", user))
         ids += [str(f.id) for f in facts]

@@ -128,29 +128,45 @@ def read_manifest(data_dir: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.exists() else None  # type: ignore[no-any-return]
 
 
-def open_manifest(data_dir: Path, shards: int, dim: int, embedder: str) -> None:
+def open_manifest(
+    data_dir: Path, shards: int, dim: int, embedder: str, placement: Sequence[str] | None = None
+) -> None:
     """Create the data dir's manifest, or check that it matches these settings.
 
+    ``placement`` (served apps: ``serve.shard_resources``) is recorded when it spreads shards
+    over several nodes, and checked once recorded: another order would open shards on nodes
+    that do not hold their files. None (tools run on the data dir itself) checks nothing.
+
     Raises:
-        ConfigError: the data dir was made with another shard count or embedder, or a restore
-            into it did not finish.
+        ConfigError: the data dir was made with another shard count, embedder or placement, or
+            a restore into it did not finish.
     """
     if restore_marker(data_dir).exists():
         raise ConfigError(
             f"a restore into {data_dir} did not finish: run longmem restore again (it starts over)"
         )
     wanted = _manifest(shards, dim, embedder)
+    spread = list(placement) if placement is not None and len(placement) > 1 else []
     found = read_manifest(data_dir)
-    if found is not None:
-        for key, value in wanted.items():
-            if found.get(key) != value:
-                raise ConfigError(
-                    f"data dir {data_dir} was created with {key}={found.get(key)!r}, "
-                    f"settings say {value!r}; use a new data dir or the old settings"
-                )
+    if found is None:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        _write_manifest(data_dir, {**wanted, **({"placement": spread} if spread else {})})
         return
-    data_dir.mkdir(parents=True, exist_ok=True)
-    _write_manifest(data_dir, wanted)
+    for key, value in wanted.items():
+        if found.get(key) != value:
+            raise ConfigError(
+                f"data dir {data_dir} was created with {key}={found.get(key)!r}, "
+                f"settings say {value!r}; use a new data dir or the old settings"
+            )
+    if placement is None:
+        return
+    if "placement" in found and found["placement"] != spread:
+        raise ConfigError(
+            f"data dir {data_dir} spreads its shards as serve.shard_resources={found['placement']!r}, "
+            f"settings say {spread!r}: shards would open on nodes without their files"
+        )
+    if spread and "placement" not in found:
+        _write_manifest(data_dir, {**found, "placement": spread})
 
 
 def _manifest(shards: int, dim: int, embedder: str) -> dict[str, Any]:
@@ -166,9 +182,9 @@ def restore_marker(data_dir: Path) -> Path:
     return data_dir / _RESTORING
 
 
-def begin_restore(data_dir: Path) -> None:
-    """Mark ``data_dir`` as being restored; a restore that did not finish is cleared away first
-    (what it left was never opened).
+def begin_restore(data_dir: Path, owned: Sequence[Path]) -> None:
+    """Mark ``data_dir`` as being restored into ``owned`` (the shard directories and files the
+    restore writes); what an unfinished restore owned is cleared away first (it was never opened).
 
     Raises:
         StorageError: the marker cannot be written or the leftovers removed.
@@ -177,24 +193,29 @@ def begin_restore(data_dir: Path) -> None:
     try:
         data_dir.mkdir(parents=True, exist_ok=True)
         if marker.exists():
-            for leftover in data_dir.iterdir():
-                if leftover != marker:
-                    shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink()
-    except OSError as exc:
+            for name in json.loads(marker.read_text()):
+                leftover = data_dir / name
+                if leftover.is_dir():
+                    shutil.rmtree(leftover)
+                else:
+                    leftover.unlink(missing_ok=True)
+    except (OSError, ValueError) as exc:
         raise StorageError(f"cannot clear the unfinished restore in {data_dir}: {exc}") from exc
-    write_atomically(marker, lambda h: h.write(b"restore in progress\n"))
+    names = [str(path.relative_to(data_dir)) for path in [*owned, restore_scratch(data_dir)]]
+    write_atomically(marker, lambda h: h.write(json.dumps(names).encode()))
 
 
 def finish_restore(data_dir: Path, shards: int, dim: int, embedder: str) -> None:
-    """Write the restored data dir's manifest, then remove the restore's scratch files and its
-    marker: from here on the data dir opens.
+    """Write the restored data dir's manifest (unless it has one), then remove the restore's
+    scratch files and its marker: from here on the data dir opens.
 
     Raises:
         StorageError: a file could not be written or removed.
     """
-    _write_manifest(data_dir, _manifest(shards, dim, embedder))
+    if read_manifest(data_dir) is None:
+        _write_manifest(data_dir, _manifest(shards, dim, embedder))
     try:
-        shutil.rmtree(data_dir / _SCRATCH, ignore_errors=True)
+        shutil.rmtree(restore_scratch(data_dir), ignore_errors=True)
         restore_marker(data_dir).unlink()
         fsync_dir(data_dir)
     except OSError as exc:
