@@ -1,6 +1,7 @@
-"""The real app on a Ray cluster of three nodes made on this machine: a head, a node holding the
-data (the ``longmem_data`` resource) and a plain worker. The shard actors run on the data node,
-and the expiry sweep job, run from the head with only the cluster's settings, sweeps them."""
+"""The real app on a Ray cluster of three nodes made on this machine: a head and two data nodes,
+each with a resource and a data root of its own. The shard actors spread over the data nodes,
+the expiry sweep job run from the head sweeps them, and a dead data node's shards come back
+from a backup on a new node."""
 
 from __future__ import annotations
 
