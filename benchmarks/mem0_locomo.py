@@ -99,9 +99,21 @@ class Mem0System:
             payload = json.dumps(out, ensure_ascii=False).encode("utf-8")
             write_atomically(path, lambda handle: handle.write(payload))
         by_question = dict(zip(out["questions"], out["results"], strict=True))
+        dates = conversation.session_dates()
+
+        def dated(text: str, sources: tuple[str, ...]) -> str:
+            # Dated like the other systems' context: the session of its latest source turn.
+            said = max((dates[s] for s in sources if s in dates), default=None)
+            return f"(said {said}) {text}" if said else text
+
         results = [
             [
-                Retrieved(r["text"], tuple(r.get("dia_ids", ())), float(r.get("score") or 0.0))
+                Retrieved(
+                    r["text"],
+                    tuple(r.get("dia_ids", ())),
+                    float(r.get("score") or 0.0),
+                    dated(r["text"], tuple(r.get("dia_ids", ()))),
+                )
                 for r in by_question[q]
             ]
             for q in questions

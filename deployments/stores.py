@@ -62,6 +62,11 @@ _SHARD_CALLS = _REPEATABLE | {
     "backup",
 }
 _PROFILE_CALLS = frozenset({"get", "upsert", "delete", "erase_user", "users", "close", "health", "backup"})
+# Calls that copy whole files run on a thread of their own (the actor's "copy" concurrency
+# group): the owned store's lock holds writes only while they need holding, and every other
+# call goes on during the upload.
+_COPIES = frozenset({"backup"})
+_COPY_GROUP = "copy"
 _RETRY_PAUSE_S = 0.25
 
 
@@ -94,6 +99,13 @@ class OwnerActor:
             return True, getattr(target, method)(*args)
         except LongmemError as exc:
             return False, exc
+
+    @ray.method(concurrency_group=_COPY_GROUP)
+    def copy(self, method: str, *args: Any) -> tuple[bool, Any]:
+        """:meth:`invoke` for a call that copies whole files, on the copy group's thread."""
+        if method not in _COPIES:
+            raise AttributeError(f"{method} does not copy files")
+        return self.invoke(method, *args)
 
 
 class ShardActor(OwnerActor):
@@ -183,7 +195,8 @@ class ActorClient:
         while True:
             left = max(deadline - time.monotonic(), 0.001)
             try:
-                ok, value = ray.get(self._actor.invoke.remote(method, *args), timeout=left)
+                call = self._actor.copy if method in _COPIES else self._actor.invoke
+                ok, value = ray.get(call.remote(method, *args), timeout=left)
                 break
             except RayActorError as exc:
                 if exc.actor_init_failed:
@@ -327,7 +340,11 @@ def actor_options(settings: Settings, name: str, data: int | None = 0) -> dict[s
         "get_if_exists": True,
         "max_restarts": -1,
         "max_task_retries": 0,
-        **(data_placement(settings, data) if data is not None else {"num_cpus": 0}),
+        **(
+            {**data_placement(settings, data), "concurrency_groups": {_COPY_GROUP: 1}}
+            if data is not None
+            else {"num_cpus": 0}
+        ),
     }
 
 

@@ -87,9 +87,11 @@ def find_sweeper(settings: Settings) -> ActorHandle:
         pass  # no app running in this namespace
     data_dir = shard_data_dir(settings, 0)
     probe = ray.remote(_manifest_on_data_node).options(**data_placement(settings))
+    pending = probe.remote(str(data_dir))
     try:
-        found = ray.get(probe.remote(str(data_dir)), timeout=settings.serve.call_timeout_s)
+        found = ray.get(pending, timeout=settings.serve.call_timeout_s)
     except ray.exceptions.GetTimeoutError:
+        ray.cancel(pending)
         raise StorageError(
             f"no node that holds shard 0 (Ray resource {data_placement(settings).get('resources', 'any')}) "
             f"answered within {settings.serve.call_timeout_s} s: is the data node up?"

@@ -15,11 +15,11 @@ import tomllib
 from datetime import time, timedelta
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from memory_core.errors import ConfigError
 from memory_core.llm.packaged import PackagedModel
@@ -385,7 +385,7 @@ class ServeSettings(BaseModel):
         ge=0,
         description="GPUs reserved for the LLM deployment (1 on a cluster's GPU worker for vLLM).",
     )
-    shard_resources: list[str] = Field(
+    shard_resources: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="Custom Ray resources that pin shard actors to the nodes holding their files: shard i "
         "runs on a node advertising shard_resources[i % len], the profile store with shard 0 (see "
@@ -425,11 +425,29 @@ class ServeSettings(BaseModel):
         "HTTPS (set true behind a proxy that ends TLS).",
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_single_shard_resource(cls, data: object) -> object:
+        # The setting of earlier versions: ignored, it would let shards open on any node.
+        if isinstance(data, dict) and "shard_resource" in data:
+            raise ValueError(
+                "serve.shard_resource is now serve.shard_resources, a list (one entry per data node)"
+            )
+        return data
+
     @field_validator("shard_resources", mode="before")
     @classmethod
-    def _one_resource_is_a_list(cls, value: object) -> object:
-        # LONGMEM_SERVE__SHARD_RESOURCES=longmem_data names one data node.
-        return [value] if isinstance(value, str) else value
+    def _resources_from_text(cls, value: object) -> object:
+        # From the environment: LONGMEM_SERVE__SHARD_RESOURCES=longmem_data_a,longmem_data_b
+        # (or a JSON list).
+        if isinstance(value, str):
+            text = value.strip()
+            return (
+                json.loads(text)
+                if text.startswith("[")
+                else [p.strip() for p in text.split(",") if p.strip()]
+            )
+        return value
 
     @property
     def most_ingress_replicas(self) -> int:

@@ -328,6 +328,8 @@ def test_the_shards_of_a_dead_node_are_restored_beside_the_others(
     with pytest.raises(ConfigError, match="did not finish"):
         open_local_service(settings, clock, embedder)
     monkeypatch.setattr("memory_core.backups.download", real_download)
+    with pytest.raises(ConfigError, match="same shards"):
+        restore_backup(str(tmp_path / "backups"), data_dir, settings.limits, shards=[0, 1])
     # Running it again clears only what the cut-short restore wrote: shard 0 is untouched.
     restore_backup(str(tmp_path / "backups"), data_dir, settings.limits, shards=[1])
     again = open_local_service(settings, clock, embedder)

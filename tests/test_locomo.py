@@ -11,7 +11,7 @@ import pytest
 from longmem.cli import main
 from memory_core.embedding import Embedder
 from memory_core.errors import ValidationError
-from memory_core.evaluation.answers import judge
+from memory_core.evaluation.answers import _contains, judge
 from memory_core.evaluation.locomo import (
     ConversationRun,
     LongmemSystem,
@@ -265,3 +265,11 @@ def test_answers_from_each_system_are_judged_against_the_gold_answer(
     assert raw["questions"] == 3 and len(raw["answers"]) == 3 and raw["j"] > window["j"]
     assert raw["answers"][0]["answer"] and raw["context_tokens_mean"] > window["context_tokens_mean"]
     assert "J" in report_table(report)
+
+
+def test_an_answer_holding_the_gold_words_is_correct_unless_it_hedges_or_the_gold_is_yes_or_no() -> None:
+    assert _contains("City hospital", "hospital") and _contains("Max", "Max")
+    assert _contains("On 7 May 2023", "7 May 2023")
+    assert not _contains("Paris, Rome or Oslo", "Rome") and not _contains("not Rome", "Rome")
+    assert not _contains("I have no idea", "No") and not _contains("unknown", "Rome")
+    assert not _contains("He talked about many cities and finally moved to Rome", "Rome")

@@ -26,6 +26,9 @@ def test_shard_i_goes_to_entry_i_mod_n_and_one_resource_may_be_a_string(tmp_path
     assert data_placement(settings, 3) == {"num_cpus": 0, "resources": {SPREAD[1]: 0.001}}
     assert data_placement(settings) == {"num_cpus": 0, "resources": {SPREAD[0]: 0.001}}
     assert [shard_data_dir(settings, n) for n in range(3)] == [tmp_path / "a", tmp_path / "b", tmp_path / "a"]
+    with pytest.raises(ValueError, match="now serve.shard_resources"):
+        ServeSettings.model_validate({"shard_resource": "longmem_data"})
+    assert ServeSettings.model_validate({"shard_resources": "a, b"}).shard_resources == ["a", "b"]
     assert ServeSettings.model_validate({"shard_resources": "longmem_data"}).shard_resources == [
         "longmem_data"
     ]
@@ -35,7 +38,9 @@ def test_the_manifest_keeps_the_placement_and_refuses_another(tmp_path: Path) ->
     open_manifest(tmp_path, 4, 384, "e", SPREAD)
     assert read_manifest(tmp_path)["placement"] == SPREAD  # type: ignore[index]
     open_manifest(tmp_path, 4, 384, "e", SPREAD)
-    open_manifest(tmp_path, 4, 384, "e")  # a tool on the data dir itself checks nothing
+    # A store opened in one process would create the other node's shards here, empty.
+    with pytest.raises(ConfigError, match="ask the server"):
+        open_manifest(tmp_path, 4, 384, "e")
     with pytest.raises(ConfigError, match="shards would open on nodes without their files"):
         open_manifest(tmp_path, 4, 384, "e", list(reversed(SPREAD)))
     # A data dir made for one node learns its placement when it is spread.

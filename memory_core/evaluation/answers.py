@@ -29,7 +29,10 @@ _ANSWER_RULES = (
     "answer only: a short phrase, at most 12 words."
 )
 UNKNOWN = "unknown"
-_FILLER = frozenset({"a", "an", "the", "of", "in", "on", "at", "to", "and", "or", "is", "was", "by", "for"})
+_POLAR = frozenset({"yes", "no", "not", "none", "never"})
+_HEDGES = _POLAR | {"or", "maybe", "unknown", "unclear", "idea"}
+_AROUND = 4
+_FILLER = frozenset({"a", "an", "the", "of", "in", "on", "at", "to", "and", "is", "was", "by", "for"})
 # A 1.5B judge picking CORRECT/WRONG marked even a verbatim answer WRONG; asked whether the two
 # say the same thing it graded ten hand-made pairs right (memory_core/evaluation, 2026-12-06).
 _JUDGE_QUESTION = (
@@ -76,10 +79,13 @@ def _words(text: str) -> list[str]:
 
 
 def _contains(answer: str, gold: str) -> bool:
-    """Whether every word of the gold answer (but filler) is in the answer: CORRECT without asking
-    the judge, which graded "City hospital" against "hospital" WRONG."""
-    wanted = _words(gold)
-    return bool(wanted) and set(wanted) <= set(_words(answer))
+    """Whether the answer is the gold answer with a few words around it ("City hospital" for
+    "hospital", which the judge graded WRONG): CORRECT without asking. Not for yes/no golds, nor
+    for answers that hedge or negate ("Paris or Rome", "not Rome"): the judge reads those."""
+    wanted, said = _words(gold), _words(answer)
+    if not wanted or set(wanted) & _POLAR or (_HEDGES & set(said)) - set(wanted):
+        return False
+    return set(wanted) <= set(said) and len(said) <= len(wanted) + _AROUND
 
 
 def _says_unknown(answer: str) -> bool:

@@ -76,7 +76,9 @@ def open_uri(uri: str) -> tuple[pafs.FileSystem, str]:
     try:
         fs, path = pafs.FileSystem.from_uri(uri)
     except (pa.ArrowException, ValueError) as exc:
-        raise ConfigError(f"cannot open backup location {redact_uri(uri)!r}: {exc}") from None
+        raise ConfigError(
+            f"cannot open backup location {redact_uri(uri)!r}: {redact_uri(str(exc))}"
+        ) from None
     return fs, path.rstrip("/")
 
 

@@ -135,7 +135,8 @@ def open_manifest(
 
     ``placement`` (served apps: ``serve.shard_resources``) is recorded when it spreads shards
     over several nodes, and checked once recorded: another order would open shards on nodes
-    that do not hold their files. None (tools run on the data dir itself) checks nothing.
+    that do not hold their files. None (a store opened in this process, which opens every
+    shard) is refused on a data root that holds only some of them.
 
     Raises:
         ConfigError: the data dir was made with another shard count, embedder or placement, or
@@ -159,6 +160,11 @@ def open_manifest(
                 f"settings say {value!r}; use a new data dir or the old settings"
             )
     if placement is None:
+        if "placement" in found:
+            raise ConfigError(
+                f"{data_dir} holds only the shards placed on this node (serve.shard_resources="
+                f"{found['placement']!r}): ask the server instead (--url)"
+            )
         return
     if "placement" in found and found["placement"] != spread:
         raise ConfigError(
@@ -192,8 +198,15 @@ def begin_restore(data_dir: Path, owned: Sequence[Path]) -> None:
     marker = restore_marker(data_dir)
     try:
         data_dir.mkdir(parents=True, exist_ok=True)
+        names = [str(path.relative_to(data_dir)) for path in [*owned, restore_scratch(data_dir)]]
         if marker.exists():
-            for name in json.loads(marker.read_text()):
+            unfinished = json.loads(marker.read_text())
+            if sorted(unfinished) != sorted(names):
+                raise ConfigError(
+                    f"an unfinished restore into {data_dir} wrote {unfinished}: run it again with the "
+                    "same shards"
+                )
+            for name in unfinished:
                 leftover = data_dir / name
                 if leftover.is_dir():
                     shutil.rmtree(leftover)
@@ -201,7 +214,6 @@ def begin_restore(data_dir: Path, owned: Sequence[Path]) -> None:
                     leftover.unlink(missing_ok=True)
     except (OSError, ValueError) as exc:
         raise StorageError(f"cannot clear the unfinished restore in {data_dir}: {exc}") from exc
-    names = [str(path.relative_to(data_dir)) for path in [*owned, restore_scratch(data_dir)]]
     write_atomically(marker, lambda h: h.write(json.dumps(names).encode()))
 
 
@@ -216,6 +228,10 @@ def finish_restore(data_dir: Path, shards: int, dim: int, embedder: str) -> None
         _write_manifest(data_dir, _manifest(shards, dim, embedder))
     try:
         shutil.rmtree(restore_scratch(data_dir), ignore_errors=True)
+        # The new shard directories' entries are durable before the marker goes.
+        if shard_dir(data_dir, 0).parent.is_dir():
+            fsync_dir(shard_dir(data_dir, 0).parent)
+        fsync_dir(data_dir)
         restore_marker(data_dir).unlink()
         fsync_dir(data_dir)
     except OSError as exc:

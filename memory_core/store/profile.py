@@ -320,7 +320,10 @@ class DuckDBProfileStore:
             except duckdb.Error as exc:
                 raise StorageError(f"profile backup failed: {exc}") from None
         buffer = pa.BufferOutputStream()
-        pq.write_table(table, buffer)
+        try:
+            pq.write_table(table, buffer)
+        except pa.ArrowException as exc:
+            raise StorageError(f"profile backup failed: {exc}") from None
         files = upload_bytes(buffer.getvalue().to_pybytes(), uri, PROFILE_FILE)
         return {"entries": int(table.num_rows), "files": files}
 
