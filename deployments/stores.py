@@ -100,6 +100,10 @@ class OwnerActor:
         except LongmemError as exc:
             return False, exc
 
+
+class StoreActor(OwnerActor):
+    """An owner of files, which it may copy out (backups) on a thread of its own."""
+
     @ray.method(concurrency_group=_COPY_GROUP)
     def copy(self, method: str, *args: Any) -> tuple[bool, Any]:
         """:meth:`invoke` for a call that copies whole files, on the copy group's thread."""
@@ -108,7 +112,7 @@ class OwnerActor:
         return self.invoke(method, *args)
 
 
-class ShardActor(OwnerActor):
+class ShardActor(StoreActor):
     """One fact shard in its own process."""
 
     _allowed = _SHARD_CALLS
@@ -163,7 +167,7 @@ def _check_no_stray_shards(root: Path, shard_no: int, shards: int, placement: li
         )
 
 
-class ProfileActor(OwnerActor):
+class ProfileActor(StoreActor):
     """The profile store's single owner of its DuckDB file."""
 
     _allowed = _PROFILE_CALLS
@@ -340,11 +344,7 @@ def actor_options(settings: Settings, name: str, data: int | None = 0) -> dict[s
         "get_if_exists": True,
         "max_restarts": -1,
         "max_task_retries": 0,
-        **(
-            {**data_placement(settings, data), "concurrency_groups": {_COPY_GROUP: 1}}
-            if data is not None
-            else {"num_cpus": 0}
-        ),
+        **(data_placement(settings, data) if data is not None else {"num_cpus": 0}),
     }
 
 
@@ -359,13 +359,18 @@ def data_placement(settings: Settings, shard_no: int = 0) -> dict[str, Any]:
     return placement
 
 
+def _owner(cls: type[StoreActor]) -> Any:
+    """``cls`` as a Ray actor class with its thread for copies (``options()`` cannot add one)."""
+    return ray.remote(concurrency_groups={_COPY_GROUP: 1})(cls)
+
+
 def _timeouts(settings: Settings) -> tuple[float, float]:
     return settings.serve.call_timeout_s, settings.serve.load_timeout_s
 
 
 def open_shards(settings: Settings, dim: int, embedder: str) -> list[ShardClient]:
     """Get (creating on first use) every shard actor of the data dir, in routing order."""
-    remote = ray.remote(ShardActor)
+    remote = _owner(ShardActor)
     clients = []
     for shard_no in range(settings.storage.shards):
         name = shard_actor_name(shard_no)
@@ -400,7 +405,7 @@ def open_profile(settings: Settings) -> ProfileClient:
         ConfigError: the named actor serves another data dir's profile file.
     """
     actor = (
-        ray.remote(ProfileActor)
+        _owner(ProfileActor)
         .options(**actor_options(settings, PROFILE_ACTOR_NAME))
         .remote(str(shard_data_dir(settings, 0)), settings.limits)
     )
