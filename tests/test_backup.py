@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from memory_core.backups import restore_backup
+from memory_core.backups import BackupRecord, restore_backup
 from memory_core.clock import ManualClock
 from memory_core.embedding import Embedder
 from memory_core.errors import ConfigError, StorageError
@@ -107,12 +107,15 @@ def test_a_restored_data_dir_holds_what_the_backup_did_and_nothing_after(
         again.close()
 
 
+def _two_backups(service: MemoryService, to: Path) -> tuple[BackupRecord, BackupRecord]:
+    service.remember("ana", [Remember("ana keeps bees", Tag.IDENTITY)])
+    return service.backup(str(to)), service.backup(str(to))
+
+
 def test_restore_refuses_a_data_dir_with_data_and_a_backup_cut_short(
     service: MemoryService, settings: Settings, tmp_path: Path
 ) -> None:
-    service.remember("ana", [Remember("ana keeps bees", Tag.IDENTITY)])
-    first = service.backup(str(tmp_path / "backups"))
-    second = service.backup(str(tmp_path / "backups"))
+    first, second = _two_backups(service, tmp_path / "backups")
     assert second.id > first.id
     # A backup cut short has no manifest: the newest complete one is restored instead.
     (tmp_path / "backups" / second.id / BACKUP_MANIFEST).unlink()
@@ -275,9 +278,7 @@ def test_a_restore_cut_short_never_opens_and_runs_again(
 def test_a_damaged_backup_file_fails_the_restore_and_a_broken_manifest_is_passed_over(
     service: MemoryService, settings: Settings, tmp_path: Path
 ) -> None:
-    service.remember("ana", [Remember("ana keeps bees", Tag.IDENTITY)])
-    first = service.backup(str(tmp_path / "backups"))
-    second = service.backup(str(tmp_path / "backups"))
+    first, second = _two_backups(service, tmp_path / "backups")
     shard = next(s for s in second.shards if s.facts)
     snapshot = next(name for name in shard.files if name.endswith(".arrow"))
     damaged = tmp_path / "backups" / second.id / shard_part(shard.shard) / snapshot
