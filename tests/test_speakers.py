@@ -14,7 +14,8 @@ from memory_core.write.speakers import (
     echoed,
     names_listener_as_user,
     other_person,
-    self_statements,
+    own_name_as_user,
+    statements,
 )
 
 
@@ -25,6 +26,7 @@ from memory_core.write.speakers import (
         ("Wow, Melanie! The colors really blend nicely.", {"Melanie"}),
         ("Thanks, Caroline! Painting's a fun way to relax.", {"Caroline"}),
         ("Wow John, it really made a difference!", {"John"}),
+        ("Woohoo, Tomas! Which seat are you after?", {"Tomas"}),
         ("Bob.", set()),  # answering "what's your name?"
         ("Hello! Bob, 32, from Munich.", set()),
         ("I went to Berlin, Rome, and Paris!", set()),
@@ -33,6 +35,26 @@ from memory_core.write.speakers import (
 )
 def test_names_called_after_a_greeting_are_the_listeners(message: str, names: set[str]) -> None:
     assert addressed_names(message) == names
+
+
+@pytest.mark.parametrize(
+    ("text", "about", "expected"),
+    [
+        (
+            "User's friend Tomas is running for the school board",
+            "friend Tomas",
+            ("User is running for the school board", ""),
+        ),
+        ("User's friend Tomas's goal is a marathon", "Tomas", ("User's goal is a marathon", "")),
+        ("User's friend Ines is running for the school board", "friend Ines", None),
+        ("User is running for the school board", "", None),
+        ("用户的朋友小梅在读研", "朋友小梅", None),
+    ],
+)
+def test_the_name_the_user_was_called_by_is_the_user(
+    text: str, about: str, expected: tuple[str, str] | None
+) -> None:
+    assert own_name_as_user(text, about, {"Tomas"}) == (expected or (text, about))
 
 
 def test_only_the_user_made_into_the_listener_is_dropped() -> None:
@@ -60,11 +82,15 @@ def test_agreeing_is_read_in_the_first_sentence(message: str, agreeing: bool) ->
     assert agrees(message) is agreeing
 
 
-def test_self_statements_leave_out_questions_and_other_people() -> None:
+def test_statements_leave_out_questions() -> None:
     context = "I see. Are you still living in Paris? My sister loves it there. You should visit!"
-    assert self_statements(context) == ["I see.", "My sister loves it there."]
-    assert self_statements("Do you have any pets at home?") == []
-    assert self_statements("明白了，我们可以从本地化投放开始。您在哪个城市？") == [
+    assert statements(context) == ["I see.", "My sister loves it there.", "You should visit!"]
+    assert statements("The Harbour Hawks! Can't wait to play for them.") == [
+        "The Harbour Hawks!",
+        "Can't wait to play for them.",
+    ]
+    assert statements("Do you have any pets at home?") == []
+    assert statements("明白了，我们可以从本地化投放开始。您在哪个城市？") == [
         "明白了，我们可以从本地化投放开始。"
     ]
 

@@ -17,6 +17,7 @@ from memory_core.llm.structured import StructuredLLM
 from memory_core.models import Role, Turn
 from memory_core.service import MemoryService, open_local_service
 from memory_core.settings import Settings
+from memory_core.write.prefilter import substance
 from tests.scripted_engine import ScriptedEngine, facts_json
 
 
@@ -40,11 +41,46 @@ def _user(text: str) -> Turn:
 
 def test_small_talk_is_skipped_without_any_llm_call(svc: MemoryService, engine: ScriptedEngine) -> None:
     outcomes = svc.ingest(
-        "u", "s", [_user("哈哈哈"), _user("ok thanks!"), _user("What's the capital of France?")]
+        "u",
+        "s",
+        [
+            _user("哈哈哈"),
+            _user("ok thanks!"),
+            _user("What's the capital of France?"),
+            # Only questions to the other party: nothing about the speaker.
+            _user("Nice! Which club are you joining? Any matches soon?"),
+            _user("哇，太棒了！你打算什么时候出发？"),
+        ],
     )
-    assert [o.skipped for o in outcomes] == ["small_talk", "small_talk", "impersonal_question"]
+    assert [o.skipped for o in outcomes] == [
+        "small_talk",
+        "small_talk",
+        "impersonal_question",
+        "only_questions",
+        "only_questions",
+    ]
     assert engine.calls == [] and all(o.llm_calls == 0 for o in outcomes)
-    assert len(svc.working.window("u", "s")) == 3  # the working window still has them
+    assert len(svc.working.window("u", "s")) == 5  # the working window still has them
+
+
+@pytest.mark.parametrize(
+    ("message", "judged"),
+    [
+        (
+            "Hey Priya! Nice one! I finished my first half marathon on Sunday.",
+            "I finished my first half marathon on Sunday.",
+        ),
+        ("Oh wow, congrats! My choir sang at the cathedral.", "My choir sang at the cathedral."),
+        ("哇，太棒了！我下个月去成都。", "我下个月去成都。"),
+        ("Got the job! Starting Monday.", "Got the job! Starting Monday."),  # news, not a reaction
+        ("Me too! Haha", "Me too! Haha"),
+        ("That's cool!", "That's cool!"),  # the last sentence always stays
+    ],
+)
+def test_the_judge_reads_past_the_greetings_and_reactions_a_message_opens_with(
+    message: str, judged: str
+) -> None:
+    assert substance(message) == judged
 
 
 def test_judge_no_means_nothing_is_extracted(svc: MemoryService, engine: ScriptedEngine) -> None:
@@ -298,3 +334,64 @@ def test_a_bare_relation_with_nothing_said_about_them_is_no_memory(
     chinese = Turn(role=Role.USER, content="小梅你好！我儿子读研了，女儿也上小学了。", turn_id="s:1")
     (outcome,) = svc.ingest("u", "s", [chinese])
     assert sorted(f.text for f in outcome.facts) == ["用户的儿子读研", "用户的女儿上小学"]
+
+
+def test_the_name_the_assistant_calls_the_user_by_is_the_user(
+    svc: MemoryService, engine: ScriptedEngine
+) -> None:
+    engine.script(
+        "extract",
+        facts_json(
+            (
+                "User's friend Tomas is running for the school board",
+                "requirement",
+                "fact",
+                False,
+                "friend Tomas",
+            )
+        ),
+    )
+    (outcome,) = svc.ingest(
+        "u",
+        "s",
+        _reply("Woohoo, Tomas! Which seat are you after?", "The school board, it matters a lot to me."),
+    )
+    assert [(f.text, f.about) for f in outcome.facts] == [("User is running for the school board", "")]
+
+
+def test_a_profile_item_that_is_no_wish_about_replies_is_a_fact(
+    svc: MemoryService, engine: ScriptedEngine
+) -> None:
+    engine.script(
+        "extract",
+        facts_json(
+            ("User is passionate about community gardens", "preference", "profile", False),
+            ("User wants short answers", "preference", "profile", False),
+        ),
+    )
+    engine.script("extract", facts_json(("用户希望回答用中文", "preference", "profile", False)))
+    (outcome,) = svc.ingest("u", "s", [_user("I love community gardens. Keep answers short.")])
+    svc.ingest("u", "s", [_user("以后都用中文回答我。")])
+    assert [f.text for f in outcome.facts] == ["User is passionate about community gardens"]
+    assert sorted(e.text for e in svc.profile("u")) == ["User wants short answers", "用户希望回答用中文"]
+
+
+def test_what_the_other_party_stated_without_saying_i_is_theirs(
+    svc: MemoryService, engine: ScriptedEngine
+) -> None:
+    engine.script(
+        "extract",
+        facts_json(
+            ("User plays for the Harbour Hawks", "identity", "fact", False),
+            ("User coaches a youth football side", "identity", "fact", False),
+        ),
+    )
+    (outcome,) = svc.ingest(
+        "u",
+        "s",
+        _reply(
+            "The Harbour Hawks! Can't wait to play for them.", "Nice. I coach a youth football side myself."
+        ),
+    )
+    assert [f.text for f in outcome.facts] == ["User coaches a youth football side"]
+    assert outcome.echoes == 1

@@ -208,3 +208,22 @@ def test_a_reply_speaks_to_the_user_and_keeps_to_their_allergy(svc: MemoryServic
     svc.remember("r-user", [Remember(text="用户对虾过敏"), Remember(text="用户住在福州")])
     reply = svc.chat("r-user", "s1", "今晚做什么菜好？给我推荐一道。").reply
     assert "用户" not in reply and ("你" in reply or "您" in reply)
+
+
+def test_news_after_a_greeting_and_the_users_own_name_stay_the_users(svc: MemoryService) -> None:
+    outcomes = svc.ingest(
+        "greeted",
+        "s1",
+        _turns(
+            ("assistant", "Morning Priya! How was your weekend?"),
+            ("user", "Hey Tomas! Oh wow, nice! I finished my first half marathon on Sunday."),
+            ("assistant", "Woohoo, Priya! That's huge. Which causes will you take up on the council?"),
+            ("user", "I care most about public libraries and safer bike lanes in our district."),
+        ),
+    )
+    marathon, causes = outcomes
+    assert any("marathon" in f.text for f in marathon.facts), marathon
+    texts = [(f.text, f.about) for f in causes.facts]
+    assert any("librar" in text and not about for text, about in texts), causes
+    assert not any("Priya" in text for text, _ in texts)
+    assert svc.profile("greeted") == []

@@ -11,7 +11,7 @@ from pydantic import ValidationInfo, model_validator
 from memory_core import telemetry
 from memory_core.llm.structured import StructuredLLM
 from memory_core.text import has_cjk
-from memory_core.write.prefilter import SkipReason, prefilter
+from memory_core.write.prefilter import SkipReason, prefilter, substance
 from memory_core.write.prompts import extract_messages, forget_intent_messages, judge_messages
 from memory_core.write.quoted import own_words
 from memory_core.write.schemas import ExtractedFact, Extraction
@@ -20,6 +20,7 @@ from memory_core.write.speakers import (
     names_listener_as_user,
     only_names_someone,
     other_person,
+    own_name_as_user,
 )
 
 # A cheap trigger: only a message with one of these words can ask to erase a memory, and only
@@ -82,6 +83,22 @@ def has_forget_cue(text: str) -> bool:
     return _FORGET_CUE.search(text) is not None
 
 
+# How the extraction prompt writes a wish about replies ("User wants …", "用户希望…"). A
+# profile item in another form ("User is passionate about schools") is a fact the small model
+# put in the wrong layer: the profile is loaded into every conversation and recall never sees it.
+_WISH = re.compile(
+    r"^User (?:(?:always|also|really|strongly|would) )?(?:wants|would like|would rather|rather|prefers|asks|"
+    r"expects|does not want|doesn't want|never wants|does not like|doesn't like|dislikes|likes|hates|"
+    r"is not to|should)\b"
+    r"|^用户(?:希望|想要|想|要求|要|不希望|不想|不要|别|偏好|更喜欢|喜欢|不喜欢|讨厌|请|让|需要)"
+)
+
+
+def is_wish(text: str) -> bool:
+    """Whether a profile item is written as a wish about how to be answered, as the prompt asks."""
+    return _WISH.match(text.strip()) is not None
+
+
 @dataclass(frozen=True)
 class Verdict:
     """The judge's decision on one user turn."""
@@ -133,7 +150,7 @@ class TurnAnalyzer:
         if reason is not None:
             return Verdict(False, reason)
         with telemetry.span("judge"):
-            answer = self._llm.choose(judge_messages(message), ["yes", "no"])
+            answer = self._llm.choose(judge_messages(substance(message)), ["yes", "no"])
         return Verdict(answer == "yes", None)
 
     def extract(self, message: str, context: str) -> list[ExtractedFact]:
@@ -148,12 +165,16 @@ class TurnAnalyzer:
             max_tokens=400,
             context={"cjk": has_cjk(message)},
         )
-        # "Hey Maria!" made the small model write "User is Maria" for Maria's friend.
-        addressed = addressed_names(message)
+        # "Hey Maria!" made the small model write "User is Maria" for Maria's friend; a name the
+        # assistant called the user by made the user's news a friend's.
+        addressed, own = addressed_names(message), addressed_names(context)
         unique: dict[str, ExtractedFact] = {}
         for fact in result.facts:
             says_nothing = only_names_someone(fact.text, fact.about)
             if not names_listener_as_user(fact.text, addressed) and not says_nothing:
-                fact.about = other_person(fact.text.strip(), fact.about)
-                unique.setdefault(fact.text.strip(), fact)
+                fact.text, about = own_name_as_user(fact.text.strip(), fact.about, own)
+                fact.about = other_person(fact.text, about)
+                if fact.layer == "profile" and not is_wish(fact.text):
+                    fact.layer = "fact"
+                unique.setdefault(fact.text, fact)
         return list(unique.values())

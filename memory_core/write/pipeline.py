@@ -22,10 +22,11 @@ from memory_core.store.profile import ProfileStore, learned_source
 from memory_core.text import Tokenizer
 from memory_core.write.analyze import TurnAnalyzer, has_near_time_cue
 from memory_core.write.forget import ForgetResult, Forgetter
+from memory_core.write.prefilter import sentences
 from memory_core.write.prompts import resolve_messages
 from memory_core.write.quoted import quoted_wish
 from memory_core.write.schemas import RELATIONS, ExtractedFact
-from memory_core.write.speakers import agrees, borrowed_words, echoed, self_statements, sentences
+from memory_core.write.speakers import agrees, borrowed_words, echoed, statements
 
 log = logging.getLogger("longmem.write")
 
@@ -160,10 +161,10 @@ class WritePath:
         wishes = [f for f in extracted if f.layer == "profile"]
         plan.profile = [f for f in wishes if not quoted_wish(f.text, message, self._tokenizer.terms)]
         plan.quoted = len(wishes) - len(plan.profile)
-        # The other party's words about themselves, if the user does not agree with them
-        # ("me too!"), are embedded with the facts: a fact nearer to them than to the user's
-        # own words is theirs. A question ("Do you have pets?") only frames the reply.
-        heard = self_statements(context) if fact_items and not agrees(message) else []
+        # What the other party stated, if the user does not agree with it ("me too!"), is
+        # embedded with the facts: a fact nearer to it than to the user's own words is theirs.
+        # A question ("Do you have pets?") only frames the reply.
+        heard = statements(context) if fact_items and not agrees(message) else []
         said = sentences(message) if heard else []
         vectors = self._embedder.embed_passages([f.text for f in fact_items] + said + heard)
         vectors, said_vectors, heard_vectors = np.split(

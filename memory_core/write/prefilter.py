@@ -54,6 +54,46 @@ class SkipReason(StrEnum):
     SMALL_TALK = "small_talk"
     IMPERSONAL_QUESTION = "impersonal_question"
     IMPERSONAL_TASK = "impersonal_task"
+    ONLY_QUESTIONS = "only_questions"  # asks the other party things, says nothing of the speaker
+
+
+_SENTENCE = re.compile(r"[^.!?。！？\n]+[.!?。！？]*")
+_WORDS = re.compile(r"[\w']+")
+# Words of a reaction to the other party's news ("That's so cool!", "Oh wow, congrats!"): a
+# leading sentence made of these and names carries nothing about the speaker.
+_REACTION = _ACK_SET | frozenset(
+    """
+    that's thats that it's its is was sounds looks so such what a an how really totally congrats
+    congratulations sorry to hear about lovely amazing awesome exciting fun wonderful fantastic
+    incredible cute beautiful impressive brilliant sweet wild crazy way woohoo yay whoa omg dear man
+    one job news work stuff happy glad for you
+    哇 哇塞 天哪 太好了 太棒了 真棒 好厉害 恭喜 恭喜你 嗨 嘿
+    """.split()
+)
+
+
+def sentences(text: str) -> list[str]:
+    """The sentences of ``text``, each with its closing punctuation."""
+    return [s.strip() for s in _SENTENCE.findall(text) if s.strip()]
+
+
+def _is_reaction(sentence: str) -> bool:
+    words = _WORDS.findall(unicodedata.normalize("NFKC", sentence))
+    return (
+        bool(words)
+        and all(w.casefold() in _REACTION or w[0].isupper() for w in words[1:])
+        and (words[0].casefold() in _REACTION)
+    )
+
+
+def substance(text: str) -> str:
+    """``text`` without the greetings and reactions it opens with ("Hey Sam! That's cool! I …"):
+    the small judge said no to news that came after them. The last sentence always stays."""
+    parts = sentences(text)
+    start = 0
+    while start < len(parts) - 1 and _is_reaction(parts[start]):
+        start += 1
+    return " ".join(parts[start:]) if start else text
 
 
 def _folded(text: str) -> str:
@@ -88,4 +128,6 @@ def prefilter(text: str) -> SkipReason | None:
         return None
     if _QUESTION.search(folded) and not _SECOND_PERSON.search(folded):
         return SkipReason.IMPERSONAL_QUESTION
+    if all(s.endswith(("?", "？")) for s in sentences(substance(original))):
+        return SkipReason.ONLY_QUESTIONS
     return None

@@ -13,14 +13,14 @@ from collections.abc import Callable
 
 import numpy as np
 
-from memory_core.write.prefilter import speaks_of_self
+from memory_core.write.prefilter import sentences
 
-_SENTENCE = re.compile(r"[^.!?。！？\n]+[.!?。！？]*")
 # A name right after a greeting, thanks or interjection ("Hey Maria!", "Thanks, Caroline!",
 # "Wow John,") calls the listener. A capitalised word alone ("Bob." answering "your name?") does not.
 _NAME_CALL = re.compile(r"\b([A-Z][a-z]+)(?=\s*[!,.?])")
 _BEFORE_CALL = re.compile(
-    r"\b(?:hey|hi|hello|thanks|thank you|bye|wow|woah|whoa|oh|aw+|cool|nice|great|yeah|sorry|congrats)"
+    r"\b(?:hey|hi|hello|thanks|thank you|bye|wow|woah|whoa|oh|aw+|cool|nice|great|yeah|sorry|congrats"
+    r"|congratulations|woo+hoo+|yay|awesome|amazing|welcome|good luck)"
     r"\s*,?\s*$",
     re.IGNORECASE,
 )
@@ -75,14 +75,10 @@ def only_names_someone(text: str, about: str) -> bool:
     return not rest or about.strip().endswith(rest)
 
 
-def sentences(text: str) -> list[str]:
-    """The sentences of ``text``, each with its closing punctuation."""
-    return [s.strip() for s in _SENTENCE.findall(text) if s.strip()]
-
-
-def self_statements(context: str) -> list[str]:
-    """Sentences of ``context`` in which its speaker tells about themselves (questions are not)."""
-    return [s for s in sentences(context) if speaks_of_self(s) and not s.endswith(("?", "？"))]
+def statements(context: str) -> list[str]:
+    """The sentences of ``context`` that state something (questions only frame the reply): in
+    "The Harbour Hawks! Can't wait." the team is the other party's news, first person or not."""
+    return [s for s in sentences(context) if not s.endswith(("?", "？"))]
 
 
 def agrees(message: str) -> bool:
@@ -94,6 +90,19 @@ def agrees(message: str) -> bool:
 def addressed_names(message: str) -> set[str]:
     """Names ``message`` calls its listener by, right after a greeting or interjection."""
     return {m.group(1) for m in _NAME_CALL.finditer(message) if _BEFORE_CALL.search(message[: m.start()])}
+
+
+def own_name_as_user(text: str, about: str, own_names: set[str]) -> tuple[str, str]:
+    """``text`` and ``about`` with the user put back where the fact made them someone else.
+
+    ``own_names`` are the names the other party called the user by ("Yay, Tomas! Go for it."): the
+    small model read them as a third person and wrote the user's own news as "User's friend
+    Tomas wants to run for mayor"; that is "User wants to run for mayor".
+    """
+    match = _RELATION.match(text)
+    if match is None or not match.group(1) or match.group(1).rsplit(" ", 1)[-1] not in own_names:
+        return text, about
+    return "User" + text[match.end() :], ""
 
 
 def names_listener_as_user(fact: str, addressed: set[str]) -> bool:
@@ -117,7 +126,7 @@ def echoed(
     Args:
         facts: (n, d) unit vectors of the extracted facts.
         said: (s, d) unit vectors of the user's sentences.
-        heard: (h, d) unit vectors of the other party's sentences about themselves.
+        heard: (h, d) unit vectors of what the other party stated.
         margin: how much nearer to one heard sentence than to every said one a fact must be.
         borrowed: (n,) booleans, True for a fact with a word the other party said and the user
             did not; such a fact is an echo unless it is ``BORROWED_SLACK`` nearer the user's words.
