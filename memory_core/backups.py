@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Collection
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from pydantic import BaseModel, Field
@@ -23,8 +23,11 @@ from memory_core.store.backup import (
     backup_id,
     check_visible,
     download,
+    erasure_key,
+    erasures_since,
     find_backup,
     join_uri,
+    parent_uri,
     redact_uri,
     shard_part,
     write_manifest,
@@ -39,6 +42,11 @@ from memory_core.store.facts import (
     shard_dir,
 )
 from memory_core.store.profile import DuckDBProfileStore, ProfileStore
+from memory_core.store.shard import FactShard
+
+# Erasures recorded up to this long before a backup began are applied again by its restore: the
+# clocks of the node that erased and the one that started the backup may differ a little.
+CLOCK_SLACK = timedelta(minutes=1)
 
 
 class ShardCopy(BaseModel):
@@ -63,6 +71,9 @@ class BackupRecord(BaseModel):
     dim: int
     embedder: str
     seconds: float = Field(description="How long the backup (or the restore) took.")
+    erased_again: int = Field(
+        default=0, description="A restore: users erased after the backup was taken, erased again."
+    )
 
     @property
     def bytes(self) -> int:
@@ -135,11 +146,20 @@ def restore_backup(
     for copy in record.shards:
         if copy.shard in wanted:
             download(join_uri(chosen, shard_part(copy.shard)), copy.files, shard_dir(data_dir, copy.shard))
+    erased = erasures_since(parent_uri(chosen), record.created_at - CLOCK_SLACK)
+    again: set[str] = set()
+    for no in sorted(wanted):
+        shard = FactShard(shard_dir(data_dir, no), record.dim, limits)
+        try:
+            again |= _erase_again(shard, erased)
+        finally:
+            shard.close()
     if with_profile:
         download(chosen, record.profile_files, restore_scratch(data_dir))
         profiles = DuckDBProfileStore(profile_path, limits)
         try:
             loaded = profiles.restore(restore_scratch(data_dir) / PROFILE_FILE)
+            again |= _erase_again(profiles, erased)
         finally:
             profiles.close()
         if loaded != record.profile_entries:
@@ -147,7 +167,17 @@ def restore_backup(
                 f"backup {record.uri} lists {record.profile_entries} profile entries, its file {loaded}"
             )
     finish_restore(data_dir, len(record.shards), record.dim, record.embedder)
-    return record.model_copy(update={"seconds": round(time.perf_counter() - began, 3)})
+    return record.model_copy(
+        update={"seconds": round(time.perf_counter() - began, 3), "erased_again": len(again)}
+    )
+
+
+def _erase_again(store: FactShard | DuckDBProfileStore, erased: set[str]) -> set[str]:
+    """Erase from ``store`` the users whose :func:`erasure_key` is in ``erased``; who they were."""
+    found = {user for user in store.user_ids() if erasure_key(user) in erased}
+    for user in sorted(found):
+        store.erase_user(user)
+    return found
 
 
 def _check_free(data_dir: Path, record: BackupRecord, owned: list[Path], whole: bool) -> None:

@@ -18,6 +18,7 @@ from memory_core.models import Fact, Layer, NewFact, ProfileEntry, RecallHit, Ro
 from memory_core.prompt import build_messages, build_prompt
 from memory_core.recall import Recaller
 from memory_core.settings import Settings
+from memory_core.store.backup import record_erasure
 from memory_core.store.facts import FactStore, LocalFactStore
 from memory_core.store.profile import DuckDBProfileStore, ProfileStore
 from memory_core.sweep import SweepLog, SweepRecord, SweepRunner
@@ -415,8 +416,18 @@ class MemoryService:
         return self.facts.count_due(as_utc(now) if now else self.clock.now())
 
     def erase(self, user_id: str) -> EraseReceipt:
-        """Remove every trace of a user: facts (and the files that held them), profile, working window."""
+        """Remove every trace of a user: facts (and the files that held them), profile, working window.
+
+        With ``storage.backup_uri`` set, the erasure is first recorded beside the backups, so that
+        restoring one taken before it erases the user again (timed by the wall clock, as backups
+        are named).
+
+        Raises:
+            StorageError: the record or the erasure was not written (a retry does it all again).
+        """
         self._user(user_id)
+        if self.settings.storage.backup_uri:
+            record_erasure(self.settings.storage.backup_uri, user_id, datetime.now(UTC))
         erased = self.facts.erase_user(user_id)
         return EraseReceipt(
             user_id=user_id,

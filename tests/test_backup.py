@@ -342,3 +342,59 @@ def test_the_shards_of_a_dead_node_are_restored_beside_the_others(
         again.close()
     with pytest.raises(ConfigError, match="holds shards"):
         restore_backup(str(tmp_path / "backups"), tmp_path / "other", settings.limits, shards=[7])
+
+
+def test_a_user_erased_after_a_backup_stays_erased_when_it_is_restored(
+    settings: Settings, clock: ManualClock, embedder: Embedder, tmp_path: Path
+) -> None:
+    backups = tmp_path / "backups"
+    with_backups = settings.model_copy(
+        update={"storage": settings.storage.model_copy(update={"backup_uri": str(backups)})}
+    )
+    svc = open_local_service(with_backups, clock, embedder)
+    try:
+        _fill(svc)
+        svc.erase("gus")  # before the backup: nothing of gus in it anyway
+        record = svc.backup(str(backups))
+        receipt = svc.erase("ana")
+        assert receipt.facts == 3 and receipt.profile_entries == 1
+    finally:
+        svc.close()
+    records = list((backups / backup_files.ERASURES).iterdir())
+    assert len(records) == 2
+    assert not any("ana" in path.read_text() or "gus" in path.read_text() for path in records)
+
+    restored_dir = tmp_path / "restored"
+    found = restore_backup(str(backups), restored_dir, settings.limits)
+    assert (found.id, found.erased_again) == (record.id, 1)
+    restored = settings.model_copy(
+        update={"storage": StorageSettings(data_dir=restored_dir, shards=settings.storage.shards)}
+    )
+    again = open_local_service(restored, clock, embedder)
+    try:
+        state = _state(again)
+        assert state["ana"] == {"facts": [], "profile": [], "window": [], "pending": []}
+        assert state["gus"] == state["ana"]
+        assert len(state["bo"]["facts"]) == 3 and state["bo"]["profile"] and state["bo"]["pending"]
+    finally:
+        again.close()
+    # Every byte of ana is gone from the restored files, not only from what the store serves.
+    assert not any(b"ana " in path.read_bytes() for path in restored_dir.rglob("*") if path.is_file())
+
+
+def test_an_erase_whose_record_cannot_be_written_erases_nothing(
+    settings: Settings, clock: ManualClock, embedder: Embedder, tmp_path: Path
+) -> None:
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a directory")
+    with_backups = settings.model_copy(
+        update={"storage": settings.storage.model_copy(update={"backup_uri": str(blocked / "backups")})}
+    )
+    svc = open_local_service(with_backups, clock, embedder)
+    try:
+        svc.remember("ana", [Remember("ana keeps bees", Tag.IDENTITY)])
+        with pytest.raises(StorageError):
+            svc.erase("ana")
+        assert [f.text for f in svc.list_facts("ana")] == ["ana keeps bees"]
+    finally:
+        svc.close()

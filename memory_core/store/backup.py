@@ -1,6 +1,10 @@
 """Backups of a data dir to a pyarrow filesystem URI (a local or mounted path; ``s3://…`` the same
 way), and restores from them.
 
+Beside the backups, ``<uri>/erasures/`` records every user erased since (a digest of the id,
+never the id): a restore erases them again, so an erasure is not undone by restoring a backup
+taken before it.
+
 A backup is a directory ``<uri>/<id>/``: for each shard, its newest snapshot, the (empty) log
 segment that follows it and its turn inbox (pending turns, working windows, kept answers); the
 profile store as Parquet; and ``backup.json``, written last, which lists every file with its
@@ -12,6 +16,7 @@ inbox — and uploaded after the writes go on, so the copy is one point in time 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -28,6 +33,7 @@ from memory_core.errors import ConfigError, StorageError
 from memory_core.store.fsutil import fsync_dir, write_atomically
 
 BACKUP_MANIFEST = "backup.json"
+ERASURES = "erasures"  # beside the backups: who was erased when (a digest of the id, not the id)
 PROFILE_FILE = "profile.parquet"
 _FORMAT = 2
 _CHUNK = 1 << 20
@@ -53,6 +59,12 @@ def join_uri(uri: str, *parts: str) -> str:
     """``uri`` with ``parts`` appended to its path; a query (``s3://b/p?region=…``) stays last."""
     base, mark, query = uri.partition("?") if "://" in uri else (uri, "", "")
     return "/".join([base.rstrip("/"), *parts]) + mark + query
+
+
+def parent_uri(uri: str) -> str:
+    """The location ``uri`` is in (a query stays last, as in :func:`join_uri`)."""
+    base, mark, query = uri.partition("?") if "://" in uri else (uri, "", "")
+    return base.rstrip("/").rsplit("/", 1)[0] + mark + query
 
 
 def redact_uri(uri: str) -> str:
@@ -238,3 +250,42 @@ def find_backup(uri: str) -> tuple[str, dict[str, Any]]:
             f"backup {redact_uri(chosen)} has format {manifest.get('format')!r}; this longmem reads {_FORMAT}"
         )
     return chosen, manifest
+
+
+def erasure_key(user_id: str) -> str:
+    """What an erasure record keeps of a user id: a BLAKE2b digest of it, not the id."""
+    return hashlib.blake2b(user_id.encode("utf-8"), digest_size=16, person=b"longmem-erased").hexdigest()
+
+
+def record_erasure(uri: str, user_id: str, at: datetime) -> None:
+    """Write durably, beside the backups under ``uri``, that ``user_id`` was erased at ``at``.
+
+    Raises:
+        ConfigError: the URI cannot be opened.
+        StorageError: the record was not written.
+    """
+    key = erasure_key(user_id)
+    body = json.dumps({"user": key, "at": at.astimezone(UTC).isoformat()}).encode()
+    upload_bytes(body, join_uri(absolute_uri(uri), ERASURES), f"{backup_id(at)}-{key[:16]}.json")
+
+
+def erasures_since(uri: str, since: datetime) -> set[str]:
+    """The keys (:func:`erasure_key`) of the users erased at or after ``since``, by the records
+    beside the backups under ``uri``.
+
+    Raises:
+        StorageError: the records cannot be listed or one cannot be read.
+    """
+    fs, base = open_uri(join_uri(uri, ERASURES))
+    keys: set[str] = set()
+    try:
+        for info in fs.get_file_info(pafs.FileSelector(base, allow_not_found=True)):
+            if info.type != pafs.FileType.File or not info.base_name.endswith(".json"):
+                continue
+            with fs.open_input_stream(info.path) as handle:
+                record = json.loads(handle.read())
+            if datetime.fromisoformat(record["at"]) >= since:
+                keys.add(record["user"])
+    except (OSError, pa.ArrowException, ValueError, KeyError, TypeError) as exc:
+        raise StorageError(f"cannot read the erasure records at {redact_uri(uri)}: {exc}") from None
+    return keys

@@ -242,6 +242,12 @@ class TurnInbox:
         with self._lock:
             return [self._pending[seq] for seq in sorted(self._pending)]
 
+    def user_ids(self) -> set[str]:
+        """Every user with pending turns, a working window or a kept answer."""
+        with self._lock:
+            held = [b.user_id for b in self._pending.values()]
+            return {*held, *(user for user, _ in self._windows), *(user for user, _ in self._answers)}
+
     def stage(self, target: Path) -> None:
         """Copy the inbox's log into ``target`` as it stands, with its writes held (a backup
         uploads the copy afterwards).

@@ -251,6 +251,10 @@ class Partitions:
         found = [(user, len(part.facts)) for user, part in self._parts.items() if user.startswith(prefix)]
         return heapq.nsmallest(limit, (entry for entry in found if entry[0] > after))
 
+    def user_ids(self) -> set[str]:
+        """Every user with stored facts."""
+        return set(self._parts)
+
     def counts(self) -> tuple[int, int]:
         """(users, facts) stored."""
         return len(self._parts), len(self._owner)

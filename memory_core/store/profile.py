@@ -253,6 +253,11 @@ class DuckDBProfileStore:
             )
         return [(user, int(count)) for user, count in rows]
 
+    def user_ids(self) -> set[str]:
+        """Every user with entries."""
+        with self._lock:
+            return {user for (user,) in self._run("SELECT DISTINCT user_id FROM profile")}
+
     def erase_user(self, user_id: str) -> int:
         """Delete the user's entries, and every byte of them (or of entries they deleted before)
         on disk.

@@ -278,6 +278,11 @@ class FactShard:
         with self._lock:
             return self._mem.users(tenant, after, limit)
 
+    def user_ids(self) -> set[str]:
+        """Every user this shard holds anything of: facts, pending turns, windows, kept answers."""
+        with self._lock:
+            return self._mem.user_ids() | self._inbox.user_ids()
+
     def vectors_of(self, user_id: str, fact_ids: Sequence[int]) -> np.ndarray:
         """The stored vectors of some of ``user_id``'s facts, in the given order.
 
