@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import ray
@@ -49,6 +49,7 @@ class Ingress:
         sweeper = open_sweeper(settings, service.embedder.dim, service.embedder.name)
         await sweeper.start_schedule.remote()
         self._writes = open_writers(settings, embedder, llm)
+        self._sweeps = SweeperClient(sweeper)
         self._runtime = Runtime(
             settings=settings,
             service=service,
@@ -56,8 +57,9 @@ class Ingress:
             replays=Replays(service.facts, service.clock, timedelta(hours=settings.write.idempotency_hours)),
             auth=Authenticator(settings.serve),
             metrics=Metrics(self._stats),
-            sweeps=SweeperClient(sweeper),
+            sweeps=self._sweeps,
             health=self._health,
+            backups=self._sweeps.backup_status,
         )
 
     def __serve_build_asgi_app__(self) -> FastAPI:
@@ -84,6 +86,14 @@ class Ingress:
             "users": {f"shard{i}": s["users"] for i, s in enumerate(shards)},
             **self._writes.stats(),
         }
+        backups = self._sweeps.backup_status()
+        if backups is not None:
+            last = backups["last"]
+            stats["backups_taken"] = {"schedule": backups["taken"]}
+            stats["backup_failures"] = {"schedule": backups["failures"]}
+            stats["backup_last_success_timestamp_seconds"] = {
+                "schedule": datetime.fromisoformat(last["created_at"]).timestamp() if last else 0.0
+            }
         # This replica's own LLM calls: chat replies (every write's are its writer's).
         own = self._runtime.service.llm
         if own is not None:

@@ -1,19 +1,21 @@
 """The sweeper actor: the one place a data dir's expiry sweeps run, so there is one at a time
-cluster-wide, whoever triggers it (its own schedule, the admin API, or ``jobs.expiry_sweep``)."""
+cluster-wide, whoever triggers it (its own schedule, the admin API, or ``jobs.expiry_sweep``);
+and the one place the app's scheduled backups run (``storage.backup_every``)."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import ray
 from ray.actor import ActorHandle
 
-from deployments.stores import actor_options, data_placement, open_shards, shard_data_dir
+from deployments.stores import actor_options, data_placement, open_profile, open_shards, shard_data_dir
+from memory_core.backups import BackupSchedule, take_backup
 from memory_core.errors import ConfigError, LongmemError, StorageError
 from memory_core.settings import Settings
-from memory_core.store.facts import read_manifest
+from memory_core.store.facts import ShardedFactStore, read_manifest
 from memory_core.sweep import SweepLog, SweepRecord, SweepRunner, SweepScheduler, SweepTrigger
 
 SWEEPER_ACTOR_NAME = "longmem-sweeper"
@@ -32,7 +34,7 @@ def data_dir_embedder(data_dir: Path) -> tuple[int, str]:
 
 
 class SweeperActor:
-    """Owns the sweep runner, its log and its schedule."""
+    """Owns the sweep runner, its log and its schedule, and the backup schedule."""
 
     def __init__(self, settings: Settings, dim: int, embedder: str) -> None:
         shards = open_shards(settings, dim, embedder)
@@ -41,12 +43,28 @@ class SweeperActor:
         self._runner = SweepRunner(shards, settings.sweep, log)
         self._scheduler = SweepScheduler(self._runner, settings.sweep)
         self._scheduled: datetime | None = None
+        self._backups: BackupSchedule | None = None
+        uri = settings.storage.backup_uri
+        if uri is not None and settings.storage.backup_every > timedelta(0):
+            facts, profiles = ShardedFactStore(shards, settings.limits), open_profile(settings)
+            self._backups = BackupSchedule(
+                lambda at: take_backup(facts, profiles, dim, embedder, uri, at), settings.storage.backup_every
+            )
+        self._started = False
 
     def start_schedule(self) -> str | None:
-        """Start the schedule once (later calls are no-ops); returns the next run time."""
-        if self._scheduled is None:
+        """Start the sweep and backup schedules once (later calls are no-ops); returns the next
+        sweep time."""
+        if not self._started:
+            self._started = True
             self._scheduled = self._scheduler.start()
+            if self._backups is not None:
+                self._backups.start()
         return self._scheduled.isoformat() if self._scheduled else None
+
+    def backup_status(self) -> dict[str, Any] | None:
+        """How the scheduled backups went (:meth:`BackupSchedule.status`); None without a schedule."""
+        return self._backups.status() if self._backups is not None else None
 
     def run(self, now: datetime, dry_run: bool, trigger: str, tenant: str | None) -> tuple[bool, Any]:
         """One sweep (of ``tenant``'s users, or of everyone); (True, record) or (False, the
@@ -61,8 +79,10 @@ class SweeperActor:
         return self._runner.log.list(limit, tenant)
 
     def stop(self) -> None:
-        """Stop the schedule (a sweep in progress finishes first)."""
+        """Stop the schedules (a sweep or backup in progress finishes first)."""
         self._scheduler.stop()
+        if self._backups is not None:
+            self._backups.stop()
 
 
 def _manifest_on_data_node(data_dir: str) -> dict[str, Any] | None:
@@ -135,3 +155,7 @@ class SweeperClient:
     def list(self, limit: int, tenant: str | None = None) -> list[SweepRecord]:
         """The newest run records (of ``tenant``'s sweeps, or all)."""
         return ray.get(self._actor.list.remote(limit, tenant))  # type: ignore[no-any-return]
+
+    def backup_status(self) -> dict[str, Any] | None:
+        """How the app's scheduled backups went; None when it has no schedule."""
+        return ray.get(self._actor.backup_status.remote())  # type: ignore[no-any-return]

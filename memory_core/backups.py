@@ -8,13 +8,15 @@ last backup (README, "Backups").
 from __future__ import annotations
 
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, Field
 
-from memory_core.errors import ConfigError, StorageError
+from memory_core.clock import Clock
+from memory_core.errors import ConfigError, LongmemError, StorageError
 from memory_core.settings import LimitSettings
 from memory_core.store.backup import (
     PROFILE_FILE,
@@ -43,6 +45,7 @@ from memory_core.store.facts import (
 )
 from memory_core.store.profile import DuckDBProfileStore, ProfileStore
 from memory_core.store.shard import FactShard
+from memory_core.sweep.schedule import Scheduler, every_period
 
 # Erasures recorded up to this long before a backup began are applied again by its restore: the
 # clocks of the node that erased and the one that started the backup may differ a little.
@@ -114,6 +117,54 @@ def take_backup(
     )
     write_manifest(target, record.model_dump(mode="json", exclude={"uri"}))
     return record
+
+
+class BackupSchedule:
+    """Backups every ``every`` (multiples of it since the epoch: hourly on the hour), and how the
+    last ones went, for the admin API and the metrics."""
+
+    def __init__(
+        self, take: Callable[[datetime], BackupRecord], every: timedelta, clock: Clock | None = None
+    ) -> None:
+        """``take(at)`` makes one backup (:func:`take_backup`); nothing runs until :meth:`start`."""
+        self._take = take
+        self.every = every
+        self.last: BackupRecord | None = None
+        self.last_error: str | None = None
+        self.taken = 0
+        self.failures = 0
+        self._scheduler = Scheduler("backup", self._run, every_period(every), clock)
+
+    def _run(self, at: datetime) -> None:
+        try:
+            self.last = self._take(at)
+        except LongmemError as exc:
+            self.failures += 1
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            raise
+        self.taken += 1
+        self.last_error = None
+
+    def start(self) -> datetime | None:
+        """Start the schedule; the first backup time (None: the schedule is off)."""
+        return self._scheduler.start()
+
+    def stop(self) -> None:
+        """Stop the schedule (a backup in progress finishes first)."""
+        self._scheduler.stop()
+
+    def status(self) -> dict[str, Any]:
+        """The period, the next time, how many backups were taken and failed, the last record and
+        the last error (None after a success)."""
+        due = self._scheduler.next_run if self._scheduler.is_running() else None
+        return {
+            "every_s": self.every.total_seconds(),
+            "next": due.isoformat() if due else None,
+            "taken": self.taken,
+            "failures": self.failures,
+            "last": self.last.model_dump(mode="json") if self.last else None,
+            "last_error": self.last_error,
+        }
 
 
 def restore_backup(

@@ -51,6 +51,18 @@ class StorageSettings(BaseModel):
         "path, or a pyarrow filesystem URI such as s3://bucket/longmem. On a cluster, a place every shard "
         "node reaches. None: backups only where the command line says.",
     )
+    backup_every: timedelta = Field(
+        default=timedelta(0),
+        ge=timedelta(0),
+        description="Period of the served app's own backups to backup_uri, aligned to multiples of it since "
+        "the Unix epoch (hourly: on the hour, UTC); the bound on what a dead disk loses. 0: no schedule.",
+    )
+
+    @model_validator(mode="after")
+    def _backups_need_a_place(self) -> StorageSettings:
+        if self.backup_every > timedelta(0) and self.backup_uri is None:
+            raise ValueError("backup_every is set but backup_uri is not: say where the backups go")
+        return self
 
     @field_validator("backup_uri")
     @classmethod

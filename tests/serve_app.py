@@ -33,11 +33,17 @@ def free_port() -> int:
 
 
 def serve_settings(data_dir: Path, port: int) -> Settings:
-    """Two shards (backed up beside the data dir), two ingress replicas (any may take any call),
+    """Two shards (backed up beside the data dir, by the app itself every 30 s), two ingress
+    replicas (any may take any call),
     two tenants (acme may run admin calls) and an operator, no sweep schedule, small sweep
     batches (so a sweep lasts long enough to kill a shard in the middle of it)."""
     return Settings(
-        storage=StorageSettings(data_dir=data_dir, shards=2, backup_uri=str(data_dir.parent / "backups")),
+        storage=StorageSettings(
+            data_dir=data_dir,
+            shards=2,
+            backup_uri=str(data_dir.parent / "backups"),
+            backup_every=timedelta(seconds=30),
+        ),
         serve=ServeSettings(
             host="127.0.0.1",
             port=port,

@@ -7,13 +7,14 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from memory_core.backups import BackupRecord, restore_backup
+from memory_core.backups import BackupRecord, BackupSchedule, restore_backup
 from memory_core.clock import ManualClock
 from memory_core.embedding import Embedder
 from memory_core.errors import ConfigError, StorageError
@@ -195,6 +196,22 @@ def test_the_served_app_backs_up_on_an_operator_call_and_the_backup_restores(
     )
     assert by_cli.returncode == 0, by_cli.stderr
     assert json.loads(by_cli.stdout)["id"] > record["id"]
+
+    # The app backs itself up too (storage.backup_every), and says how that went.
+    with client(serve_app.url, OPERATOR_KEY) as operator:
+        deadline = time.monotonic() + 90
+        while (status := operator.get("/v1/admin/backup").json())["schedule"]["taken"] == 0:
+            assert time.monotonic() < deadline, status
+            time.sleep(2)
+        metrics = operator.get("/metrics").text
+    assert serve_app.acme.get("/v1/admin/backup").status_code == 403
+    schedule = status["schedule"]
+    assert schedule["every_s"] == 30 and schedule["failures"] == 0 and schedule["last_error"] is None
+    assert schedule["next"] > schedule["last"]["created_at"]
+    assert (
+        Path(serve_app.settings.storage.backup_uri or "") / schedule["last"]["id"] / BACKUP_MANIFEST
+    ).exists()
+    assert 'longmem_backups_taken{part="schedule"}' in metrics
 
 
 def test_uris_keep_their_query_and_lose_their_credentials() -> None:
@@ -398,3 +415,38 @@ def test_an_erase_whose_record_cannot_be_written_erases_nothing(
         assert [f.text for f in svc.list_facts("ana")] == ["ana keeps bees"]
     finally:
         svc.close()
+
+
+def test_a_backup_schedule_backs_up_on_its_period_and_says_when_it_failed(
+    service: MemoryService, tmp_path: Path
+) -> None:
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a directory")
+    targets = [str(tmp_path / "backups"), str(blocked / "backups"), str(tmp_path / "backups")]
+
+    def take(at: datetime) -> BackupRecord:
+        return service.backup(targets.pop(0) if len(targets) > 1 else targets[0])
+
+    schedule = BackupSchedule(take, timedelta(seconds=1))
+    first = schedule.start()
+    assert first is not None and first.microsecond == 0  # on the second
+    try:
+        deadline = time.monotonic() + 30
+        while schedule.taken < 2:
+            assert time.monotonic() < deadline, schedule.status()
+            time.sleep(0.2)
+    finally:
+        schedule.stop()
+    status = schedule.status()
+    assert (status["taken"], status["failures"], status["last_error"], status["next"]) == (2, 1, None, None)
+    assert len(list((tmp_path / "backups").iterdir())) == 2
+    failed = BackupSchedule(lambda at: service.backup(str(blocked / "backups")), timedelta(seconds=1))
+    failed.start()
+    try:
+        deadline = time.monotonic() + 30
+        while failed.failures < 1:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+    finally:
+        failed.stop()
+    assert failed.status()["last_error"].startswith("StorageError")

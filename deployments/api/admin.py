@@ -11,6 +11,7 @@ from deployments.api.dto import SweepIn
 from deployments.api.runtime import Runtime
 from memory_core.errors import FutureCutoffError
 from memory_core.models import as_utc
+from memory_core.store.backup import redact_uri
 
 
 def _admin(principal: Principal) -> None:
@@ -49,6 +50,18 @@ def admin_router(rt: Runtime) -> APIRouter:
         if uri is None:
             raise HTTPException(409, "the server has no storage.backup_uri: set it, then back up")
         return rt.service.backup(uri).model_dump(mode="json")
+
+    @router.get("/backup")
+    def backup_schedule(principal: Principal = caller) -> dict[str, object]:
+        """Where backups go and how the app's scheduled ones went (operator keys only; 409 when
+        the server has no storage.backup_uri): period, next time, taken, failed, the last record
+        and the last error."""
+        if not principal.operator:
+            raise AuthError("only an operator key may read the backup schedule", status=403)
+        uri = rt.settings.storage.backup_uri
+        if uri is None:
+            raise HTTPException(409, "the server has no storage.backup_uri")
+        return {"backup_uri": redact_uri(uri), "schedule": rt.backups()}
 
     @router.get("/shards")
     def shards(principal: Principal = caller) -> dict[str, object]:

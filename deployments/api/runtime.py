@@ -30,6 +30,11 @@ class SweepControl(Protocol):
         ...
 
 
+def no_backup_schedule() -> dict[str, Any] | None:
+    """The backup status of an app without a backup schedule."""
+    return None
+
+
 @dataclass
 class Runtime:
     """What one ingress replica works with (it keeps no state of its own)."""
@@ -42,6 +47,7 @@ class Runtime:
     metrics: Metrics
     sweeps: SweepControl
     health: Callable[[], dict[str, Any]]
+    backups: Callable[[], dict[str, Any] | None] = no_backup_schedule  # how the scheduled backups went
 
     def user(self, principal: Principal, user_id: str) -> str:
         """The stored id of the caller's user."""

@@ -1,13 +1,14 @@
 """When the app sweeps: slots aligned to the period, optionally only inside an off-peak window.
 
-:func:`next_run_after` is pure (time in, time out); :class:`SweepScheduler` only waits for
-the times it computes and calls the runner.
+:func:`next_run_after` is pure (time in, time out); :class:`Scheduler` only waits for the times
+it is given and runs its job (:class:`SweepScheduler` the sweep, the sweeper actor's backups too).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -79,19 +80,27 @@ def next_run_after(t: datetime, settings: SweepSettings) -> datetime | None:
     )
 
 
-class SweepScheduler:
-    """Runs ``runner`` at the scheduled times in a daemon thread until stopped."""
+class Scheduler:
+    """Runs ``job`` at the times ``next_after`` gives, in a daemon thread until stopped."""
 
-    def __init__(self, runner: SweepRunner, settings: SweepSettings, clock: Clock | None = None) -> None:
-        """Schedule ``runner`` by ``settings``; nothing runs until :meth:`start`.
+    def __init__(
+        self,
+        name: str,
+        job: Callable[[datetime], object],
+        next_after: Callable[[datetime], datetime | None],
+        clock: Clock | None = None,
+    ) -> None:
+        """Schedule ``job`` (called with the time it runs at); nothing runs until :meth:`start`.
 
         Args:
-            runner: the sweep to run (its one-at-a-time rule refuses overlapping runs).
-            settings: period and off-peak window.
+            name: what runs, for logs and the thread's name ("sweep", "backup").
+            job: the work; a LongmemError it raises is logged and the next time comes.
+            next_after: the next time strictly after the one given, or None for never.
             clock: the time source the schedule follows (the wall clock by default).
         """
-        self._runner = runner
-        self._settings = settings
+        self._name = name
+        self._job = job
+        self._next_after = next_after
         self._clock = clock or SystemClock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -104,14 +113,14 @@ class SweepScheduler:
             The first scheduled time, or None when the schedule is off (no thread starts).
 
         Raises:
-            ConfigError: the window and period never meet (raised here, not in the thread).
+            ConfigError: no time fits the schedule (raised here, not in the thread).
         """
         if self._thread is not None:
-            raise ConfigError("the sweep scheduler is already started")
-        self.next_run = next_run_after(self._clock.now(), self._settings)
+            raise ConfigError(f"the {self._name} scheduler is already started")
+        self.next_run = self._next_after(self._clock.now())
         if self.next_run is None:
             return None
-        self._thread = threading.Thread(target=self._loop, name="sweep-scheduler", daemon=True)
+        self._thread = threading.Thread(target=self._loop, name=f"{self._name}-scheduler", daemon=True)
         self._thread.start()
         return self.next_run
 
@@ -120,7 +129,7 @@ class SweepScheduler:
         return self._thread is not None and self._thread.is_alive()
 
     def stop(self, timeout: float | None = None) -> None:
-        """Stop scheduling and wait for the thread (and a sweep it is running) to end."""
+        """Stop scheduling and wait for the thread (and a job it is running) to end."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout)
@@ -134,12 +143,34 @@ class SweepScheduler:
             if self._stop.is_set():
                 return
             try:
-                self._runner.run(self._clock.now(), trigger=SweepTrigger.SCHEDULE)
+                self._job(self._clock.now())
             except SweepBusyError as exc:
                 # The runner logged the refusal; a schedule tick is simply skipped.
-                logger.info("scheduled sweep skipped: %s", exc)
+                logger.info("scheduled %s skipped: %s", self._name, exc)
             except LongmemError:
-                # The next tick tries again; the record (if any) and this log say what went wrong.
-                logger.exception("scheduled sweep failed")
-            due = next_run_after(max(self._clock.now(), due), self._settings)
+                # The next tick tries again; the job's own record and this log say what went wrong.
+                logger.exception("scheduled %s failed", self._name)
+            due = self._next_after(max(self._clock.now(), due))
             self.next_run = due
+
+
+class SweepScheduler(Scheduler):
+    """Runs ``runner`` at the times :func:`next_run_after` gives."""
+
+    def __init__(self, runner: SweepRunner, settings: SweepSettings, clock: Clock | None = None) -> None:
+        """Schedule ``runner`` by ``settings`` (period and off-peak window); nothing runs until
+        :meth:`start`. Overlapping runs are refused by the runner's one-at-a-time rule."""
+        super().__init__(
+            "sweep",
+            lambda now: runner.run(now, trigger=SweepTrigger.SCHEDULE),
+            lambda t: next_run_after(t, settings),
+            clock,
+        )
+
+
+def every_period(every: timedelta) -> Callable[[datetime], datetime | None]:
+    """The ``next_after`` of a plain period: the multiples of ``every`` since the Unix epoch
+    (hourly: on the hour); never when ``every`` is 0."""
+    if every <= timedelta(0):
+        return lambda _: None
+    return lambda t: _slot_after(as_utc(t), every)
