@@ -34,10 +34,9 @@ from memory_core.models import Fact, NewFact
 from memory_core.routing import shard_of
 from memory_core.service import Remember, open_local_service
 from memory_core.settings import LimitSettings, Settings, StorageSettings, SweepSettings, load_settings
-from memory_core.store.facts import LocalFactStore
+from memory_core.store.facts import LocalFactStore, ShardHandle
 from memory_core.store.shard import FactShard
 from memory_core.sweep import (
-    ShardLike,
     SweepLog,
     SweepRecord,
     SweepRunner,
@@ -61,7 +60,7 @@ class Probe:
 
     def __init__(
         self,
-        shard: ShardLike,
+        shard: ShardHandle,
         fails: Callable[[int], bool] = lambda n: False,
         error: Callable[[], BaseException] = lambda: StorageError("shard is down"),
         gate: threading.Event | None = None,
@@ -139,7 +138,7 @@ def log(tmp_path: Path) -> SweepLog:
 
 
 def _runner(
-    shards: list[ShardLike], log: SweepLog, rests: list[float] | None = None, **settings: object
+    shards: list[ShardHandle], log: SweepLog, rests: list[float] | None = None, **settings: object
 ) -> SweepRunner:
     rest_log = rests if rests is not None else []
     return SweepRunner(shards, SweepSettings.model_validate(settings), log, sleep=rest_log.append)

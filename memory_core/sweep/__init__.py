@@ -5,11 +5,10 @@ Ray-free: ``jobs/expiry_sweep.py`` and the Serve app pass shard proxies to the s
 
 from memory_core.sweep.log import SweepLog
 from memory_core.sweep.record import ShardSweep, SweepRecord, SweepStatus, SweepTrigger
-from memory_core.sweep.runner import ShardLike, SweepRunner
+from memory_core.sweep.runner import SweepRunner
 from memory_core.sweep.schedule import SweepScheduler, next_run_after
 
 __all__ = [
-    "ShardLike",
     "ShardSweep",
     "SweepLog",
     "SweepRecord",

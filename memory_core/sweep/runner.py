@@ -16,12 +16,13 @@ import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
-from typing import NoReturn, Protocol
+from typing import NoReturn
 
 from memory_core.clock import Clock, SystemClock
 from memory_core.errors import LongmemError, SweepBusyError
 from memory_core.models import as_utc
 from memory_core.settings import SweepSettings
+from memory_core.store.facts import ShardHandle
 from memory_core.sweep.log import SweepLog
 from memory_core.sweep.record import ShardSweep, SweepRecord, SweepStatus, SweepTrigger
 
@@ -29,19 +30,6 @@ logger = logging.getLogger(__name__)
 
 # Error messages go into records the API lists; a bound keeps a remote traceback from filling them.
 _MAX_ERROR_CHARS = 500
-
-
-class ShardLike(Protocol):
-    """What the sweep needs of a shard (a FactShard, or a proxy to the actor holding one)."""
-
-    def expire(self, now: datetime, limit: int | None = None, tenant: str | None = None) -> list[int]:
-        """Durably delete up to ``limit`` facts (of ``tenant``'s users, or of everyone) with
-        expire_at before ``now``; returns their ids."""
-        ...
-
-    def count_due(self, now: datetime, tenant: str | None = None) -> int:
-        """How many facts (of ``tenant``'s users, or of everyone) have expire_at before ``now``."""
-        ...
 
 
 def _describe(exc: BaseException) -> str:
@@ -53,7 +41,7 @@ class SweepRunner:
 
     def __init__(
         self,
-        shards: Sequence[ShardLike],
+        shards: Sequence[ShardHandle],
         settings: SweepSettings,
         log: SweepLog,
         *,
