@@ -33,6 +33,7 @@ from memory_core.store.shard import FactShard, UserErasure
 _REPEATABLE = frozenset(
     {
         "search",
+        "replaced",
         "get",
         "list_user",
         "users",
@@ -235,6 +236,9 @@ class ShardClient(ActorClient):
 
     def search(self, user_id: str, vector: np.ndarray, k: int, now: datetime) -> list[tuple[Fact, float]]:
         return self._call("search", user_id, vector, k, now)  # type: ignore[no-any-return]
+
+    def replaced(self, user_id: str, fact_ids: Sequence[int]) -> dict[int, list[Fact]]:
+        return self._call("replaced", user_id, list(fact_ids))  # type: ignore[no-any-return]
 
     def get(self, user_id: str, fact_id: int) -> Fact:
         return self._call("get", user_id, fact_id)  # type: ignore[no-any-return]

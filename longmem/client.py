@@ -287,9 +287,11 @@ class _Api:
         k: int | None = None,
         threshold: float | None = None,
         at: datetime | None = None,
+        history: bool = False,
     ) -> Request[RecallOut]:
-        """The memories that matter for ``query`` (with scores) and the whole profile."""
-        body = _body(RecallIn, query=query, k=k, threshold=threshold, at=at)
+        """The memories that matter for ``query`` (with scores) and the whole profile; with
+        ``history``, what each memory replaced (``replaced``)."""
+        body = _body(RecallIn, query=query, k=k, threshold=threshold, at=at, history=history)
         return Request("POST", _user(user_id, "recall"), _model(RecallOut), body)
 
     @_Endpoint

@@ -35,7 +35,7 @@ class MemoryBackend(Protocol):
         ...
 
     async def recall(self, user: str, query: str, k: int | None) -> RecallOut:
-        """The memories that matter for ``query``, and the whole profile."""
+        """The memories that matter for ``query`` (each with what it replaced), and the whole profile."""
         ...
 
     async def forget(self, user: str, utterance: str) -> ForgetOut:
@@ -113,7 +113,7 @@ class LocalBackend:
     async def recall(self, user: str, query: str, k: int | None) -> RecallOut:
         def call() -> RecallOut:
             stored = self._user(user)
-            hits = self._svc.recall(stored, query, k)
+            hits = self._svc.recall(stored, query, k, history=True)
             return RecallOut(
                 memories=[HitOut.of_hit(h) for h in hits],
                 profile=[ProfileOut.of(e) for e in self._svc.profile(stored)],
@@ -164,7 +164,7 @@ class RemoteBackend:
         return facts[0]
 
     async def recall(self, user: str, query: str, k: int | None) -> RecallOut:
-        return await self._client.recall(user, query, k=k)
+        return await self._client.recall(user, query, k=k, history=True)
 
     async def forget(self, user: str, utterance: str) -> ForgetOut:
         return await self._client.forget(user, utterance)

@@ -126,3 +126,8 @@ class RecallHit(BaseModel):
     score: float = Field(description="Final ranking score (fused when lexical matching is on).")
     vector_score: float = Field(description="Cosine similarity between question and fact.")
     lexical_score: float = Field(default=0.0, description="Normalised BM25 score in [0, 1].")
+    replaced: list[Fact] = Field(
+        default_factory=list,
+        description="When asked for: the facts this one replaced, newest first (each true from its "
+        "created_at until the next one's): what was true before.",
+    )

@@ -89,15 +89,21 @@ def event_span(fact: Fact) -> str:
 
 
 def render_memories(hits: Sequence[RecallHit]) -> str:
-    """Recalled facts as numbered, dated, quoted lines: when each was said, and the time it speaks
-    of when it names one."""
+    """Recalled facts as numbered, dated, quoted lines: when each was said, the time it speaks of
+    when it names one, and what it replaced (true from when it was said until the next)."""
     lines = []
     for n, hit in enumerate(hits, 1):
         fact = hit.fact
         when = fact.created_at.date().isoformat()
         event = f", time {event_span(fact)}" if fact.event_start is not None else ""
         until = f", until {fact.expire_at.isoformat(timespec='minutes')}" if fact.expire_at else ""
-        lines.append(f"[{n}] ({when}, {fact.tag.value}{event}{until}) {quote(second_person(fact.text))}")
+        line = f"[{n}] ({when}, {fact.tag.value}{event}{until}) {quote(second_person(fact.text))}"
+        after = fact.created_at
+        for old in hit.replaced:
+            span = f"{old.created_at.date().isoformat()} to {after.date().isoformat()}"
+            line += f"; before that ({span}): {quote(second_person(old.text))}"
+            after = old.created_at
+        lines.append(line)
     return "<memories>\n" + "\n".join(lines) + ("\n" if lines else "") + "</memories>"
 
 

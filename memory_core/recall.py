@@ -72,6 +72,7 @@ class Recaller:
         now: datetime,
         k: int | None = None,
         threshold: float | None = None,
+        history: bool = False,
     ) -> list[RecallHit]:
         """Return up to ``k`` of ``user_id``'s live facts whose fused score reaches the threshold.
 
@@ -81,6 +82,8 @@ class Recaller:
             now: facts expired at this time are never returned.
             k: how many at most (settings' default when None).
             threshold: least fused score (settings' default when None).
+            history: also fetch what each hit replaced (``RecallHit.replaced``): "where did I live
+                before?" needs the old city (one more store call).
 
         Returns:
             Hits, best first.
@@ -100,6 +103,11 @@ class Recaller:
             with telemetry.span("rank"):
                 ranked = self.rank(question, candidates, period_of(question, now))
                 kept = self._cut(question, ranked, threshold)[:k]
+            if history and kept:
+                with telemetry.span("history"):
+                    chains = self._store.replaced(user_id, [hit.fact.id for hit in kept])
+                for hit in kept:
+                    hit.replaced = chains.get(hit.fact.id, [])
             traced.set_attribute("longmem.hits", len(kept))
         return kept
 

@@ -196,7 +196,7 @@ class MemoryService:
         self.check_turns(user_id, [Turn(role=Role.USER, content=message)])
         now = self.clock.now()
         with telemetry.span("longmem.chat"):
-            hits = self.recall(user_id, message, k)
+            hits = self.recall(user_id, message, k, history=True)
             profile = self.profile(user_id)
             window = list(history) if history is not None else self.working.window(user_id, session_id)
             messages = build_messages(message, hits, profile, window, instructions)
@@ -280,6 +280,7 @@ class MemoryService:
         k: int | None = None,
         threshold: float | None = None,
         at: datetime | None = None,
+        history: bool = False,
     ) -> list[RecallHit]:
         """The user's facts that matter for ``question`` (at most k, above the threshold).
 
@@ -289,11 +290,12 @@ class MemoryService:
             k: most memories (settings' default when None).
             threshold: least score (settings' or the embedder's default when None).
             at: recall as of this time (facts expired by then are left out); the clock's now by default.
+            history: with each hit, the facts it replaced (what was true before it).
         """
         self._user(user_id)
         check_text(question, self.settings.limits.max_text_chars)
         when = as_utc(at) if at else self.clock.now()
-        return self.recaller.recall(user_id, question, when, k, threshold)
+        return self.recaller.recall(user_id, question, when, k, threshold, history)
 
     def profile(self, user_id: str) -> list[ProfileEntry]:
         """The user's lasting preferences."""
@@ -335,7 +337,7 @@ class MemoryService:
 
     def build_prompt(self, user_id: str, session_id: str, question: str, k: int | None = None) -> str:
         """Prompt for answering ``question``: profile, recalled memories, working window."""
-        hits = self.recall(user_id, question, k)
+        hits = self.recall(user_id, question, k, history=True)
         return build_prompt(question, hits, self.profile(user_id), self.working.window(user_id, session_id))
 
     def list_facts(self, user_id: str, include_superseded: bool = False) -> list[Fact]:

@@ -1,5 +1,6 @@
 """Admin calls act on the caller's tenant only; a cluster-wide sweep needs an operator key; no
-sweep runs with a cut-off after the server's clock. The HTTP API in-process, on real shards."""
+sweep runs with a cut-off after the server's clock; backups and recall history over HTTP. The HTTP API
+in-process, on real shards."""
 
 from __future__ import annotations
 
@@ -106,3 +107,32 @@ def test_only_an_operator_sweeps_every_tenant_and_sees_every_record(
     assert records(ACME) == [("acme", 0)]  # its own dry run; not the operator's, not globex's
     assert records(GLOBEX) == []
     assert records(OPS) == [(None, 2), ("acme", 0)]
+
+
+def test_the_backup_schedule_is_for_operators_and_needs_a_backup_uri(
+    api: tuple[TestClient, MemoryService],
+) -> None:
+    client, _ = api
+    assert client.get("/v1/admin/backup", headers=_as(ACME)).status_code == 403
+    unset = client.get("/v1/admin/backup", headers=_as(OPS))
+    assert unset.status_code == 409 and "backup_uri" in unset.text
+
+
+def test_recall_over_http_says_what_a_memory_replaced(api: tuple[TestClient, MemoryService]) -> None:
+    client, service = api
+    old, new = service.remember(
+        "acme:alice", [Remember("alice lives in Graz"), Remember("alice lives in Linz")]
+    )
+    service.facts.supersede("acme:alice", old.id, new.id)
+    ask = {"query": "Where did alice live before?", "k": 1}
+    plain = client.post("/v1/users/alice/recall", json=ask, headers=_as(ACME)).json()["memories"]
+    assert [(m["text"], m["replaced"]) for m in plain] == [("alice lives in Linz", [])]
+    both = client.post("/v1/users/alice/recall", json={**ask, "history": True}, headers=_as(ACME)).json()
+    (hit,) = both["memories"]
+    assert [(m["id"], m["text"]) for m in hit["replaced"]] == [(str(old.id), "alice lives in Graz")]
+    assert (
+        client.post("/v1/users/alice/recall", json={**ask, "history": True}, headers=_as(GLOBEX)).json()[
+            "memories"
+        ]
+        == []
+    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import timedelta
 
+from memory_core.clock import ManualClock
 from memory_core.models import Tag
 from memory_core.service import MemoryService, Remember
 
@@ -77,6 +78,29 @@ def test_superseded_fact_is_kept_but_not_recalled(service: MemoryService) -> Non
     history = service.list_facts("u3", include_superseded=True)
     assert {f.text for f in history} == {"I live in Hangzhou", "I moved to Shenzhen"}
     assert service.get_fact("u3", old.id).superseded_by == new.id
+
+
+def test_a_recalled_fact_brings_what_it_replaced_when_asked(
+    service: MemoryService, clock: ManualClock
+) -> None:
+    chain = []
+    for town in ["Lyon", "Porto", "Tartu"]:
+        (fact,) = service.remember("u4", [Remember(f"User lives in {town}", Tag.IDENTITY)])
+        if chain:
+            service.facts.supersede("u4", chain[-1].id, fact.id)
+        chain.append(fact)
+        clock.advance(timedelta(days=40))
+    service.remember("u4", [Remember("User plays the oboe", Tag.PREFERENCE)])
+    plain = service.recall("u4", "Where did I live before?", 1)
+    assert [h.fact.text for h in plain] == ["User lives in Tartu"] and plain[0].replaced == []
+    (hit,) = service.recall("u4", "Where did I live before?", 1, history=True)
+    assert [f.text for f in hit.replaced] == ["User lives in Porto", "User lives in Lyon"]
+    prompt = service.build_prompt("u4", "s1", "Where did I live before?", 1)
+    lyon, porto, tartu = (f.created_at.date().isoformat() for f in chain)
+    assert (
+        f'"You live in Tartu"; before that ({porto} to {tartu}): "You live in Porto"; '
+        f'before that ({lyon} to {porto}): "You live in Lyon"'
+    ) in prompt
 
 
 def test_expired_fact_is_not_recalled_even_before_the_sweep(service: MemoryService) -> None:

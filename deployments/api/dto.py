@@ -86,11 +86,20 @@ class HitOut(FactOut):
     """A recalled memory with its score."""
 
     score: float = Field(description="Ranking score (cosine, plus lexical when enabled).")
+    replaced: list[FactOut] = Field(
+        default_factory=list,
+        description="With history: the memories this one replaced, newest first (each true from its "
+        "created_at until the next one's).",
+    )
 
     @classmethod
     def of_hit(cls, hit: RecallHit) -> HitOut:
         """From a recall hit."""
-        return cls(**FactOut.of(hit.fact).model_dump(), score=round(hit.score, 4))
+        return cls(
+            **FactOut.of(hit.fact).model_dump(),
+            score=round(hit.score, 4),
+            replaced=[FactOut.of(f) for f in hit.replaced],
+        )
 
 
 class UserOut(BaseModel):
@@ -208,6 +217,9 @@ class RecallIn(BaseModel):
         default=None, ge=-1, le=2, description="Least score (embedder's default)."
     )
     at: datetime | None = Field(default=None, description="Recall as of this time; now by default.")
+    history: bool = Field(
+        default=False, description="Also return what each memory replaced (where the user lived before)."
+    )
 
 
 class RecallOut(BaseModel):

@@ -57,6 +57,10 @@ class UserFacts(Protocol):
         """Hide ``old_id`` from recall in favour of ``new_id``; both are kept."""
         ...
 
+    def replaced(self, user_id: str, fact_ids: Sequence[int]) -> dict[int, list[Fact]]:
+        """What each of the user's ``fact_ids`` replaced, down the chain, newest first."""
+        ...
+
     def count_due(self, now: datetime, tenant: str | None = None) -> int:
         """How many facts (of ``tenant``'s users, or of everyone) have expire_at before ``now``."""
         ...
@@ -350,6 +354,10 @@ class ShardedFactStore:
     def supersede(self, user_id: str, old_id: int, new_id: int) -> None:
         """Hide ``old_id`` from recall in favour of ``new_id``."""
         self._shard(user_id).supersede(user_id, old_id, new_id)
+
+    def replaced(self, user_id: str, fact_ids: Sequence[int]) -> dict[int, list[Fact]]:
+        """What each of the user's ``fact_ids`` replaced, down the chain, newest first."""
+        return self._shard(user_id).replaced(user_id, fact_ids)
 
     def expire(self, now: datetime, limit: int | None = None, tenant: str | None = None) -> int:
         """Delete expired facts (of ``tenant``'s users, or of everyone) in every shard; ``limit``

@@ -67,20 +67,33 @@ class Partitions:
         part = self._parts.get(user_id)
         return list(part.facts.values()) if part else []
 
-    def with_history(self, user_id: str, ids: Iterable[int]) -> list[int]:
-        """``ids`` and every fact of the user they superseded, directly or down a chain."""
-        replaced: dict[int, list[int]] = {}
+    def replaced(self, user_id: str, ids: Iterable[int]) -> dict[int, list[Fact]]:
+        """For each of ``ids`` that replaced older facts, those facts down the whole chain,
+        newest first (what was true before it)."""
+        older: dict[int, list[Fact]] = {}  # superseded facts by the id of what replaced them
         for fact in self.user_facts(user_id):
             if fact.superseded_by is not None:
-                replaced.setdefault(fact.superseded_by, []).append(fact.id)
+                older.setdefault(fact.superseded_by, []).append(fact)
+        chains: dict[int, list[Fact]] = {}
+        for fact_id in ids:
+            chain: list[Fact] = []
+            seen = {fact_id}
+            todo = [fact_id]
+            while todo:  # each step adds the facts the last ones replaced
+                for fact in older.get(todo.pop(), ()):
+                    if fact.id not in seen:
+                        seen.add(fact.id)
+                        chain.append(fact)
+                        todo.append(fact.id)
+            if chain:
+                chains[fact_id] = sorted(chain, key=lambda f: (f.created_at, f.id), reverse=True)
+        return chains
+
+    def with_history(self, user_id: str, ids: Iterable[int]) -> list[int]:
+        """``ids`` and every fact of the user they superseded, directly or down a chain."""
         found = list(dict.fromkeys(ids))
-        seen = set(found)
-        for fact_id in found:  # grows while it is walked: each step adds the facts it replaced
-            for older in replaced.get(fact_id, ()):
-                if older not in seen:
-                    seen.add(older)
-                    found.append(older)
-        return found
+        chains = self.replaced(user_id, found)
+        return list(dict.fromkeys(found + [f.id for i in found for f in chains.get(i, ())]))
 
     def new_id(self, taken: set[int]) -> int:
         """A random positive 63-bit id not used here nor in ``taken``."""

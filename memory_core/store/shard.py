@@ -278,6 +278,12 @@ class FactShard:
         with self._lock:
             return self._mem.users(tenant, after, limit)
 
+    def replaced(self, user_id: str, fact_ids: Sequence[int]) -> dict[int, list[Fact]]:
+        """For each of the user's ``fact_ids`` that replaced older facts, those facts down the
+        chain, newest first (each was true from its created_at until the next one's)."""
+        with self._lock:
+            return self._mem.replaced(user_id, fact_ids)
+
     def user_ids(self) -> set[str]:
         """Every user this shard holds anything of: facts, pending turns, windows, kept answers."""
         with self._lock:
