@@ -248,11 +248,25 @@ def test_facts_echoing_what_the_other_party_said_of_themselves_are_dropped(
             "expressing yourself.",
         ),
     )
-    assert [f.text for f in jobs.facts + painting.facts] == [
+    # What the other party stated without saying "I" is theirs too.
+    engine.script(
+        "extract",
+        facts_json(
+            ("User plays for the Harbour Hawks", "identity", "fact", False),
+            ("User coaches a youth football side", "identity", "fact", False),
+        ),
+    )
+    (team,) = svc.ingest(
+        "u",
+        "s",
+        _reply("The Harbour Hawks! Can't wait to play for them.", "Nice. I coach a youth side myself."),
+    )
+    assert [f.text for f in jobs.facts + painting.facts + team.facts] == [
         "User lost their job at Door Dash in March 2026",
         "User appreciates the colors blending nicely",
+        "User coaches a youth football side",
     ]
-    assert jobs.echoes == painting.echoes == 1
+    assert jobs.echoes == painting.echoes == team.echoes == 1
 
 
 def test_facts_drawn_from_what_the_user_answers_are_kept(svc: MemoryService, engine: ScriptedEngine) -> None:
@@ -374,24 +388,3 @@ def test_a_profile_item_that_is_no_wish_about_replies_is_a_fact(
     svc.ingest("u", "s", [_user("以后都用中文回答我。")])
     assert [f.text for f in outcome.facts] == ["User is passionate about community gardens"]
     assert sorted(e.text for e in svc.profile("u")) == ["User wants short answers", "用户希望回答用中文"]
-
-
-def test_what_the_other_party_stated_without_saying_i_is_theirs(
-    svc: MemoryService, engine: ScriptedEngine
-) -> None:
-    engine.script(
-        "extract",
-        facts_json(
-            ("User plays for the Harbour Hawks", "identity", "fact", False),
-            ("User coaches a youth football side", "identity", "fact", False),
-        ),
-    )
-    (outcome,) = svc.ingest(
-        "u",
-        "s",
-        _reply(
-            "The Harbour Hawks! Can't wait to play for them.", "Nice. I coach a youth football side myself."
-        ),
-    )
-    assert [f.text for f in outcome.facts] == ["User coaches a youth football side"]
-    assert outcome.echoes == 1

@@ -39,28 +39,28 @@ def admin_router(rt: Runtime) -> APIRouter:
         record = rt.sweeps.run(now, body.dry_run, None if body.all_tenants else principal.tenant)
         return record.model_dump(mode="json")
 
+    def _backup_uri(principal: Principal, action: str) -> str:
+        """The server's storage.backup_uri, for an operator key (403 otherwise; 409 when unset)."""
+        if not principal.operator:
+            raise AuthError(f"only an operator key may {action}", status=403)
+        uri = rt.settings.storage.backup_uri
+        if uri is None:
+            raise HTTPException(409, "the server has no storage.backup_uri: set it, then back up")
+        return uri
+
     @router.post("/backup")
     def backup(principal: Principal = caller) -> dict[str, object]:
         """Back up every shard and the profile store to ``storage.backup_uri`` (operator keys
         only; 409 when the server has none). Each shard is copied on its own node, its writes
         held for the copy."""
-        if not principal.operator:
-            raise AuthError("only an operator key may back up the stores", status=403)
-        uri = rt.settings.storage.backup_uri
-        if uri is None:
-            raise HTTPException(409, "the server has no storage.backup_uri: set it, then back up")
-        return rt.service.backup(uri).model_dump(mode="json")
+        return rt.service.backup(_backup_uri(principal, "back up the stores")).model_dump(mode="json")
 
     @router.get("/backup")
     def backup_schedule(principal: Principal = caller) -> dict[str, object]:
         """Where backups go and how the app's scheduled ones went (operator keys only; 409 when
         the server has no storage.backup_uri): period, next time, taken, failed, the last record
         and the last error."""
-        if not principal.operator:
-            raise AuthError("only an operator key may read the backup schedule", status=403)
-        uri = rt.settings.storage.backup_uri
-        if uri is None:
-            raise HTTPException(409, "the server has no storage.backup_uri")
+        uri = _backup_uri(principal, "read the backup schedule")
         return {"backup_uri": redact_uri(uri), "schedule": rt.backups()}
 
     @router.get("/shards")
