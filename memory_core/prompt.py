@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from memory_core.llm.base import ChatMessage
 from memory_core.models import Fact, ProfileEntry, RecallHit, Turn
@@ -88,6 +88,17 @@ def event_span(fact: Fact) -> str:
     return f"{fact.event_start.isoformat()}{end}"
 
 
+def before_that(hit: RecallHit, show: Callable[[str], str]) -> str:
+    """What ``hit`` replaced, newest first, each dated from when it was said until the next
+    version was ("; before that (2026-01-04 to 2026-03-02): …"); empty when nothing."""
+    notes, after = [], hit.fact.created_at
+    for old in hit.replaced:
+        span = f"{old.created_at.date().isoformat()} to {after.date().isoformat()}"
+        notes.append(f"; before that ({span}): {show(old.text)}")
+        after = old.created_at
+    return "".join(notes)
+
+
 def render_memories(hits: Sequence[RecallHit]) -> str:
     """Recalled facts as numbered, dated, quoted lines: when each was said, the time it speaks of
     when it names one, and what it replaced (true from when it was said until the next)."""
@@ -98,12 +109,7 @@ def render_memories(hits: Sequence[RecallHit]) -> str:
         event = f", time {event_span(fact)}" if fact.event_start is not None else ""
         until = f", until {fact.expire_at.isoformat(timespec='minutes')}" if fact.expire_at else ""
         line = f"[{n}] ({when}, {fact.tag.value}{event}{until}) {quote(second_person(fact.text))}"
-        after = fact.created_at
-        for old in hit.replaced:
-            span = f"{old.created_at.date().isoformat()} to {after.date().isoformat()}"
-            line += f"; before that ({span}): {quote(second_person(old.text))}"
-            after = old.created_at
-        lines.append(line)
+        lines.append(line + before_that(hit, lambda text: quote(second_person(text))))
     return "<memories>\n" + "\n".join(lines) + ("\n" if lines else "") + "</memories>"
 
 

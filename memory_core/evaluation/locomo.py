@@ -34,8 +34,8 @@ from memory_core.embedding import Embedder
 from memory_core.errors import ValidationError
 from memory_core.evaluation.answers import judge, summarize
 from memory_core.llm.base import LLMEngine
-from memory_core.models import Fact, Role, Turn
-from memory_core.prompt import event_span
+from memory_core.models import RecallHit, Role, Turn
+from memory_core.prompt import before_that, event_span
 from memory_core.service import open_local_service
 from memory_core.settings import Settings
 from memory_core.store.fsutil import write_atomically
@@ -429,9 +429,11 @@ class LongmemSystem:
             clock.set(end)
 
             def recall(speaker: str, question: str) -> list[Retrieved]:
-                hits = svc.recall(conversation.user_of(speaker), question, k, threshold=-1.0, at=end)
+                hits = svc.recall(
+                    conversation.user_of(speaker), question, k, threshold=-1.0, at=end, history=True
+                )
                 return [
-                    Retrieved(h.fact.text, h.fact.source_turn_ids, h.score, _fact_context(h.fact, speaker))
+                    Retrieved(h.fact.text, h.fact.source_turn_ids, h.score, _fact_context(h, speaker))
                     for h in hits
                 ]
 
@@ -520,10 +522,13 @@ def _as_speaker(text: str, speaker: str) -> str:
     return _USER.sub(speaker.split()[0], text)
 
 
-def _fact_context(fact: Fact, speaker: str) -> str:
-    """A recalled fact dated as the chat prompt dates it: when it was said, and the time it speaks of."""
+def _fact_context(hit: RecallHit, speaker: str) -> str:
+    """A recalled fact dated as the chat prompt dates it: when it was said, the time it speaks of,
+    and what it replaced."""
+    fact = hit.fact
     happened = f"; happened {event_span(fact)}" if fact.event_start is not None else ""
-    return f"(said {fact.created_at.date().isoformat()}{happened}) {_as_speaker(fact.text, speaker)}"
+    said = f"(said {fact.created_at.date().isoformat()}{happened}) {_as_speaker(fact.text, speaker)}"
+    return said + before_that(hit, lambda text: _as_speaker(text, speaker))
 
 
 def _mean(values: Sequence[float]) -> float | None:
