@@ -331,7 +331,11 @@ def test_a_bare_relation_with_nothing_said_about_them_is_no_memory(
             ("User restores old motorbikes", "preference", "fact", False),
         ),
     )
-    turn = Turn(role=Role.USER, content="Hey Tomas! I spent the weekend on my old motorbikes.", turn_id="s:0")
+    turn = Turn(
+        role=Role.USER,
+        content="Hey Tomas! How are you? I spent the weekend on my old motorbikes.",
+        turn_id="s:0",
+    )
     (outcome,) = svc.ingest("u", "s", [turn])
     assert sorted(f.text for f in outcome.facts) == [
         "User restores old motorbikes",
@@ -371,6 +375,19 @@ def test_the_name_the_assistant_calls_the_user_by_is_the_user(
         _reply("Woohoo, Tomas! Which seat are you after?", "The school board, it matters a lot to me."),
     )
     assert [(f.text, f.about) for f in outcome.facts] == [("User is running for the school board", "")]
+    # The listener, named in a message that never says "you", is not who the news is about; in
+    # one that does, they may well be.
+    engine.script(
+        "extract",
+        facts_json(("User's friend Ana won a chess cup", "event", "fact", False, "friend Ana")),
+        facts_json(("User's friend Ana got a new job", "identity", "fact", False, "friend Ana")),
+    )
+    (won,) = svc.ingest("u", "s", [_user("Hey Ana! Guess what, I won my first chess cup on Sunday!")])
+    (job,) = svc.ingest("u", "s", [_user("Hey Ana! Congrats on your new job!")])
+    assert [(f.text, f.about) for f in won.facts + job.facts] == [
+        ("User won a chess cup", ""),
+        ("User's friend Ana got a new job", "friend Ana"),
+    ]
 
 
 def test_a_profile_item_that_is_no_wish_about_replies_is_a_fact(

@@ -11,7 +11,7 @@ from pydantic import ValidationInfo, model_validator
 from memory_core import telemetry
 from memory_core.llm.structured import StructuredLLM
 from memory_core.text import has_cjk
-from memory_core.write.prefilter import SkipReason, prefilter, substance
+from memory_core.write.prefilter import SkipReason, prefilter, speaks_to_listener, substance
 from memory_core.write.prompts import extract_messages, forget_intent_messages, judge_messages
 from memory_core.write.quoted import own_words
 from memory_core.write.schemas import ExtractedFact, Extraction
@@ -166,8 +166,12 @@ class TurnAnalyzer:
             context={"cjk": has_cjk(message)},
         )
         # "Hey Maria!" made the small model write "User is Maria" for Maria's friend; a name the
-        # assistant called the user by made the user's news a friend's.
+        # assistant called the user by made the user's news a friend's. A message that calls its
+        # listener by name and never says "you" tells nothing about them: "Hey Ana! I won my first
+        # chess cup" became "User's friend Ana won a chess cup".
         addressed, own = addressed_names(message), addressed_names(context)
+        if not speaks_to_listener(message):
+            own |= addressed
         unique: dict[str, ExtractedFact] = {}
         for fact in result.facts:
             says_nothing = only_names_someone(fact.text, fact.about)

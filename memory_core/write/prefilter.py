@@ -100,6 +100,11 @@ def _folded(text: str) -> str:
     return unicodedata.normalize("NFKC", text).casefold().strip()
 
 
+def speaks_to_listener(text: str) -> bool:
+    """Whether ``text`` says "you" (or 你/您) to its listener."""
+    return _SECOND_PERSON.search(unicodedata.normalize("NFKC", text)) is not None
+
+
 def speaks_of_self(text: str) -> bool:
     """Whether ``text`` has its speaker talking about themselves (a first-person word)."""
     return _FIRST_PERSON.search(unicodedata.normalize("NFKC", text)) is not None
