@@ -121,6 +121,9 @@ def test_a_borrowed_word_is_one_the_other_party_said_and_the_user_did_not() -> N
         ("User's stepbrother Olu lives in Lagos", "", "stepbrother Olu"),
         ("用户的妈妈在郑州退休了", "", "妈妈"),
         ("用户老公在银行上班", "老公", "老公"),
+        ("用户老婆的生日是五月", "", "老婆"),  # a wife's birthday is hers, with or without 的
+        ("用户的猫叫年糕", "", "猫"),
+        ("用户猫毛过敏", "", ""),  # the user's allergy, not the cat's
         ("用户在长沙工作", "长沙", ""),  # a place is not a person
         ("User works at Harbour Books", "Harbour Books", ""),
         ("User's favourite band is Blur", "", ""),

@@ -36,9 +36,10 @@ _RELATION = re.compile(
     r"(?:wife|husband|partner|boyfriend|girlfriend|fianc[eé]e?|son|daughter|child|kids?|mother|mom|mum|father|dad|parents?|sister|brother|siblings?|cousin|aunt"
     r"|uncle|niece|nephew|grand(?:mother|father|ma|pa|son|daughter|parents?)|in-laws?|friend|colleague"
     r"|coworker|co-worker|boss|manager|neighbou?r|roommate|flatmate|dog|cat|pet)(?: [A-Z][\w-]+)?)\b"
-    r"|^用户的(丈夫|妻子|老公|老婆|爱人|对象|男朋友|女朋友|未婚[夫妻]|儿子|女儿|孩子|父亲|母亲|爸爸|妈妈|父母|哥哥"
+    # 的 may be left out before a person ("用户老婆的生日"), not before a pet: "用户猫毛过敏" is the user's.
+    r"|^用户(?:的?(丈夫|妻子|老公|老婆|爱人|对象|男朋友|女朋友|未婚[夫妻]|儿子|女儿|孩子|父亲|母亲|爸爸|妈妈|父母|哥哥"
     r"|姐姐|弟弟|妹妹|表[哥姐弟妹]|堂[哥姐弟妹]|爷爷|奶奶|外公|外婆|姥姥|姥爷|公公|婆婆|岳父|岳母|叔叔|阿姨|舅舅|姑姑"
-    r"|朋友|闺蜜|同事|老板|领导|上司|邻居|室友|同学|狗|猫|宠物)"
+    r"|朋友|闺蜜|同事|老板|领导|上司|邻居|室友|同学)|的(狗|猫|宠物))"
 )
 
 
@@ -54,7 +55,7 @@ def other_person(text: str, about: str) -> str:
     if not about:
         # The model also leaves it empty for "User's sister Ana lives in Denver".
         match = _RELATION.match(text)
-        return (match.group(1) or match.group(2)) if match else ""
+        return next((group for group in match.groups() if group), "") if match else ""
     if text.startswith(("User's ", "用户的")) or (text.startswith("用户") and text[2:].startswith(about)):
         return about
     return ""
