@@ -79,14 +79,14 @@ class Partitions:
             chain: list[Fact] = []
             seen = {fact_id}
             todo = [fact_id]
-            while todo:  # each step adds the facts the last ones replaced
-                for fact in older.get(todo.pop(), ()):
+            while todo:  # down the chain, one step back at a time: newest first
+                for fact in older.get(todo.pop(0), ()):
                     if fact.id not in seen:
                         seen.add(fact.id)
                         chain.append(fact)
                         todo.append(fact.id)
             if chain:
-                chains[fact_id] = sorted(chain, key=lambda f: (f.created_at, f.id), reverse=True)
+                chains[fact_id] = chain
         return chains
 
     def with_history(self, user_id: str, ids: Iterable[int]) -> list[int]:
