@@ -86,7 +86,8 @@ class Ingress:
             "users": {f"shard{i}": s["users"] for i, s in enumerate(shards)},
             **self._writes.stats(),
         }
-        backups = self._sweeps.backup_status()
+        # Only an app with a backup schedule asks the sweeper for it at each scrape.
+        backups = self._sweeps.backup_status() if self._settings.storage.backup_every else None
         if backups is not None:
             last = backups["last"]
             stats["backups_taken"] = {"schedule": backups["taken"]}

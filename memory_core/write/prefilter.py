@@ -79,10 +79,11 @@ def sentences(text: str) -> list[str]:
 
 def _is_reaction(sentence: str) -> bool:
     words = _WORDS.findall(unicodedata.normalize("NFKC", sentence))
+    # A reaction word first, then reaction words or names ("Hey Sam!", "Oh wow, congrats!").
     return (
         bool(words)
+        and words[0].casefold() in _REACTION
         and all(w.casefold() in _REACTION or w[0].isupper() for w in words[1:])
-        and (words[0].casefold() in _REACTION)
     )
 
 
