@@ -8,12 +8,11 @@ from ray.serve.handle import DeploymentHandle
 
 from deployments.embedder import RemoteEmbedder
 from deployments.llm import RemoteEngine
-from deployments.stores import open_profile, open_shards
+from deployments.stores import open_fact_store, open_profile
 from memory_core.embedding import Embedder
 from memory_core.llm.structured import StructuredLLM
 from memory_core.service import MemoryService
 from memory_core.settings import Settings
-from memory_core.store.facts import ShardedFactStore
 
 
 def remote_service(
@@ -33,11 +32,10 @@ def remote_service(
         ConfigError: a named store actor serves another data dir.
     """
     remote_embedder = RemoteEmbedder(embedder, embedder_info, queries)
-    shards = open_shards(settings, remote_embedder.dim, remote_embedder.name)
     return MemoryService(
         settings,
         remote_embedder,
-        ShardedFactStore(shards, settings.limits),
+        open_fact_store(settings, remote_embedder.dim, remote_embedder.name),
         open_profile(settings),
         llm=StructuredLLM(RemoteEngine(llm, llm_name)),
     )

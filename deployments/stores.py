@@ -22,8 +22,9 @@ from ray.exceptions import GetTimeoutError, RayActorError
 
 from memory_core.errors import ConfigError, LongmemError, StorageError
 from memory_core.models import Fact, NewFact, ProfileEntry, Turn
+from memory_core.routing import RoutingTable
 from memory_core.settings import LimitSettings, Settings
-from memory_core.store.facts import open_manifest, shard_dir
+from memory_core.store.facts import ShardedFactStore, open_manifest, shard_dir
 from memory_core.store.inbox import PendingTurns, StoredAnswer
 from memory_core.store.profile import DuckDBProfileStore
 from memory_core.store.shard import FactShard, UserErasure
@@ -41,6 +42,7 @@ _REPEATABLE = frozenset(
         "count_due",
         "stats",
         "health",
+        "routing",
         "validate",
         "erase_user",
         "pending_turns",
@@ -117,6 +119,7 @@ class ShardActor(StoreActor):
     """One fact shard in its own process."""
 
     _allowed = _SHARD_CALLS
+    _own = frozenset({"health", "routing"})
 
     def __init__(
         self,
@@ -132,9 +135,13 @@ class ShardActor(StoreActor):
     ) -> None:
         root = Path(data_dir)
         _check_no_stray_shards(root, shard_no, shards, placement)
-        open_manifest(root, shards, dim, embedder, placement)
+        self._routing = open_manifest(root, shards, dim, embedder, placement)
         self._target = FactShard(shard_dir(root, shard_no), dim, limits, snapshot_every, window_turns)
         self._shard_no = shard_no
+
+    def routing(self) -> RoutingTable:
+        """The routing table of the data dir this shard opened in (shard 0's is the app's)."""
+        return self._routing
 
     def health(self) -> dict[str, Any]:
         """The shard's health (files, log writable, counts) and the Ray node it runs on."""
@@ -298,6 +305,10 @@ class ShardClient(ActorClient):
     def stats(self) -> dict[str, int]:
         return self._call("stats")  # type: ignore[no-any-return]
 
+    def routing(self) -> RoutingTable:
+        """The routing table of the data dir the shard opened in."""
+        return self._call("routing")  # type: ignore[no-any-return]
+
     def health(self, timeout_s: float | None = None) -> dict[str, Any]:
         """The actor's invariants (see :meth:`ShardActor.health`); ``timeout_s`` overrides the
         call timeout (a shard just created may still be loading its files)."""
@@ -370,6 +381,12 @@ def _owner(cls: type[StoreActor]) -> Any:
 
 def _timeouts(settings: Settings) -> tuple[float, float]:
     return settings.serve.call_timeout_s, settings.serve.load_timeout_s
+
+
+def open_fact_store(settings: Settings, dim: int, embedder: str) -> ShardedFactStore:
+    """Every shard actor of the data dir (see :func:`open_shards`), routed by the data dir's table."""
+    shards = open_shards(settings, dim, embedder)
+    return ShardedFactStore(shards, settings.limits, shards[0].routing())
 
 
 def open_shards(settings: Settings, dim: int, embedder: str) -> list[ShardClient]:

@@ -11,11 +11,11 @@ from typing import Any
 import ray
 from ray.actor import ActorHandle
 
-from deployments.stores import actor_options, data_placement, open_profile, open_shards, shard_data_dir
+from deployments.stores import actor_options, data_placement, open_fact_store, open_profile, shard_data_dir
 from memory_core.backups import BackupSchedule, take_backup
 from memory_core.errors import ConfigError, LongmemError, StorageError
 from memory_core.settings import Settings
-from memory_core.store.facts import ShardedFactStore, read_manifest
+from memory_core.store.facts import read_manifest
 from memory_core.sweep import SweepLog, SweepRecord, SweepRunner, SweepScheduler, SweepTrigger
 
 SWEEPER_ACTOR_NAME = "longmem-sweeper"
@@ -37,16 +37,16 @@ class SweeperActor:
     """Owns the sweep runner, its log and its schedule, and the backup schedule."""
 
     def __init__(self, settings: Settings, dim: int, embedder: str) -> None:
-        shards = open_shards(settings, dim, embedder)
+        facts = open_fact_store(settings, dim, embedder)
         log = SweepLog.for_data_dir(shard_data_dir(settings, 0), settings.sweep.log_keep)
         # Shard clients turn a dead or slow actor into StorageError, which the runner retries.
-        self._runner = SweepRunner(shards, settings.sweep, log)
+        self._runner = SweepRunner(facts.shards, settings.sweep, log)
         self._scheduler = SweepScheduler(self._runner, settings.sweep)
         self._scheduled: datetime | None = None
         self._backups: BackupSchedule | None = None
         uri = settings.storage.backup_uri
         if uri is not None and settings.storage.backup_every > timedelta(0):
-            facts, profiles = ShardedFactStore(shards, settings.limits), open_profile(settings)
+            profiles = open_profile(settings)
             self._backups = BackupSchedule(
                 lambda at: take_backup(facts, profiles, dim, embedder, uri, at), settings.storage.backup_every
             )

@@ -31,6 +31,8 @@ from memory_core.llm.factory import make_engine
 from memory_core.models import Fact, RecallHit, Tag
 from memory_core.service import MemoryService, Remember, open_local_service
 from memory_core.settings import Settings, load_settings
+from memory_core.store.facts import LocalFactStore, read_manifest
+from memory_core.store.resharding import interrupted_goal
 from memory_core.tenancy import LOCAL_TENANT, check_tenant, scoped_user_id
 
 _DURATION = re.compile(r"(\d+)\s*([mhdw])")
@@ -144,6 +146,38 @@ def cmd_shards(settings: Settings, args: argparse.Namespace) -> None:
         _print(svc.shards())
     finally:
         svc.close()
+
+
+def cmd_reshard(settings: Settings, args: argparse.Namespace) -> None:
+    """Add or remove shards of the data dir here (no server may have it open), or finish an
+    interrupted reshard; prints what moved."""
+    data_dir = settings.storage.data_dir
+    found = read_manifest(data_dir)
+    if found is None:
+        raise ConfigError(f"{data_dir} holds no longmem data (no manifest)")
+    # The shard count the data dir was made with: its routing table has the current one.
+    storage = settings.storage.model_copy(update={"shards": int(found["shards"])})
+    store = LocalFactStore(
+        storage, settings.limits, int(found["dim"]), str(found["embedder"]), settings.working.turns
+    )
+    try:
+        current = store.routing.shards
+        if args.shards_command == "resume":
+            goal = interrupted_goal(data_dir)
+            if goal is None:
+                raise ConfigError(f"no reshard of {data_dir} was interrupted")
+        else:
+            goal = current + args.count if args.shards_command == "add" else current - args.count
+        report = store.reshard(goal)
+    finally:
+        store.close()
+    _print(report.as_json())
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"not a positive whole number: {text!r}")
+    return int(text)
 
 
 def _shard_list(text: str) -> list[int]:
@@ -311,6 +345,15 @@ def _build_parser() -> argparse.ArgumentParser:
     cmd.add_argument("--url", help="of this running server instead of the data dir here")
     cmd.add_argument("--api-key", help="the server's operator key")
     cmd.set_defaults(func=cmd_shards, standalone=True)
+    for name, help_ in (
+        ("add", "add N shards to the data dir here and move slots onto them (server stopped)"),
+        ("remove", "move the slots of the last N shards onto the others and delete them (server stopped)"),
+    ):
+        cmd = shards.add_parser(name, help=help_, description=help_)
+        cmd.add_argument("count", type=_positive, metavar="N", help="how many shards")
+        cmd.set_defaults(func=cmd_reshard, standalone=True)
+    cmd = shards.add_parser("resume", help="finish a reshard that was interrupted")
+    cmd.set_defaults(func=cmd_reshard, standalone=True)
 
     cmd = sub.add_parser("restore", help="rebuild a new or empty --data-dir from a backup")
     cmd.add_argument(

@@ -7,6 +7,7 @@ last backup (README, "Backups").
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Collection
 from datetime import datetime, timedelta
@@ -17,6 +18,7 @@ from pydantic import BaseModel, Field
 
 from memory_core.clock import Clock
 from memory_core.errors import ConfigError, LongmemError, StorageError
+from memory_core.routing import RoutingTable, read_routing, write_routing
 from memory_core.settings import LimitSettings
 from memory_core.store.backup import (
     PROFILE_FILE,
@@ -77,6 +79,11 @@ class BackupRecord(BaseModel):
     erased_again: int = Field(
         default=0, description="A restore: users erased after the backup was taken, erased again."
     )
+    routing: dict[str, Any] | None = Field(
+        default=None,
+        description="The routing table (version, shards, owners of the slots) of a store resharded "
+        "since it was made; None: never resharded.",
+    )
 
     @property
     def bytes(self) -> int:
@@ -114,6 +121,7 @@ def take_backup(
         dim=dim,
         embedder=embedder,
         seconds=round(time.perf_counter() - began, 3),
+        routing=json.loads(facts.routing.to_json()) if facts.routing.version > 0 else None,
     )
     write_manifest(target, record.model_dump(mode="json", exclude={"uri"}))
     return record
@@ -218,6 +226,8 @@ def restore_backup(
             raise StorageError(
                 f"backup {record.uri} lists {record.profile_entries} profile entries, its file {loaded}"
             )
+    if record.routing is not None and shards is None:
+        write_routing(data_dir, RoutingTable.from_json(record.routing))
     finish_restore(data_dir, len(record.shards), record.dim, record.embedder)
     return record.model_copy(
         update={"seconds": round(time.perf_counter() - began, 3), "erased_again": len(again)}
@@ -245,10 +255,8 @@ def _check_free(data_dir: Path, record: BackupRecord, owned: list[Path], whole: 
                 f"{data_dir} is not empty ({leftovers[0].name}, ...): restore into a new or empty data dir"
             )
         return
-    if found is not None and (found.get("shards"), found.get("embedder")) != (
-        len(record.shards),
-        record.embedder,
-    ):
+    here = read_routing(data_dir, int(found["shards"])).shards if found is not None else None
+    if found is not None and (here, found.get("embedder")) != (len(record.shards), record.embedder):
         raise ConfigError(f"{data_dir} holds another store (its manifest: {found}): restore elsewhere")
     present = [path.name for path in owned if path.exists()]
     if present:

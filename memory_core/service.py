@@ -398,10 +398,14 @@ class MemoryService:
     def shards(self) -> dict[str, Any]:
         """How users are routed and each shard's place (its Ray node, when it is an actor),
         files and counts: what ``longmem shards status`` prints."""
-        shards = self.facts.health()
+        routing = self.facts.routing
         return {
-            "routing": f"blake2b-64(user id) mod {len(shards)} (fixed when the data dir was made)",
-            "shards": shards,
+            "routing": {
+                "version": routing.version,
+                "slots": len(routing.owners),
+                "rule": "slot = blake2b-64(user id) mod slots; each slot belongs to one shard",
+            },
+            "shards": self.facts.health(),
         }
 
     def backup(self, uri: str) -> BackupRecord:

@@ -13,11 +13,12 @@ import numpy as np
 
 from memory_core.errors import ConfigError, InvalidVectorError, StorageError, ValidationError
 from memory_core.models import Fact, NewFact, Turn
-from memory_core.routing import shard_of
+from memory_core.routing import RoutingTable, read_routing
 from memory_core.settings import LimitSettings, StorageSettings, WorkingSettings
 from memory_core.store.backup import join_uri, shard_part
 from memory_core.store.fsutil import fsync_dir, write_atomically
 from memory_core.store.inbox import PendingTurns, StoredAnswer
+from memory_core.store.resharding import Resharder, ReshardReport
 from memory_core.store.shard import FactShard, UserErasure
 
 _MANIFEST = "longmem.json"
@@ -107,6 +108,7 @@ class FactStore(UserFacts, Protocol):
     """Facts of all users, each user's facts searchable only by that user."""
 
     shards: list[ShardHandle]  # in routing order; the expiry sweep walks them one by one
+    routing: RoutingTable
 
     def expire(self, now: datetime, limit: int | None = None, tenant: str | None = None) -> int:
         """Delete facts (of ``tenant``'s users, or of everyone) with expire_at before ``now``;
@@ -134,8 +136,13 @@ def read_manifest(data_dir: Path) -> dict[str, Any] | None:
 
 def open_manifest(
     data_dir: Path, shards: int, dim: int, embedder: str, placement: Sequence[str] | None = None
-) -> None:
-    """Create the data dir's manifest, or check that it matches these settings.
+) -> RoutingTable:
+    """Create the data dir's manifest, or check that it matches these settings; the data dir's
+    routing table.
+
+    ``shards`` is the shard count of a new data dir. Once it has been resharded, its routing
+    table says how many shards it has: a store opened in this process (``placement`` None) opens
+    that many; a served app (which starts one actor per ``storage.shards``) must be set to it.
 
     ``placement`` (served apps: ``serve.shard_resources``) is recorded when it spreads shards
     over several nodes, and checked once recorded: another order would open shards on nodes
@@ -156,9 +163,16 @@ def open_manifest(
     if found is None:
         data_dir.mkdir(parents=True, exist_ok=True)
         _write_manifest(data_dir, {**wanted, **({"placement": spread} if spread else {})})
-        return
+        return RoutingTable.legacy(shards)
+    table = read_routing(data_dir, int(found["shards"]))
     for key, value in wanted.items():
-        if found.get(key) != value:
+        if key == "shards" and table.version > 0:
+            if placement is not None and table.shards != shards:
+                raise ConfigError(
+                    f"data dir {data_dir} was resharded to {table.shards} shards (routing version "
+                    f"{table.version}), settings say storage.shards={shards}: set it to {table.shards}"
+                )
+        elif found.get(key) != value:
             raise ConfigError(
                 f"data dir {data_dir} was created with {key}={found.get(key)!r}, "
                 f"settings say {value!r}; use a new data dir or the old settings"
@@ -169,7 +183,7 @@ def open_manifest(
                 f"{data_dir} holds only the shards placed on this node (serve.shard_resources="
                 f"{found['placement']!r}): ask the server instead (--url)"
             )
-        return
+        return table
     if "placement" in found and found["placement"] != spread:
         raise ConfigError(
             f"data dir {data_dir} spreads its shards as serve.shard_resources={found['placement']!r}, "
@@ -177,6 +191,7 @@ def open_manifest(
         )
     if spread and "placement" not in found:
         _write_manifest(data_dir, {**found, "placement": spread})
+    return table
 
 
 def _manifest(shards: int, dim: int, embedder: str) -> dict[str, Any]:
@@ -284,13 +299,19 @@ class ShardHandle(UserFacts, Protocol):
 class ShardedFactStore:
     """Facts of all users over shards picked by the stable user-id hash."""
 
-    def __init__(self, shards: Sequence[ShardHandle], limits: LimitSettings) -> None:
-        """Route over ``shards`` (their order is the routing order: never reorder a data dir's)."""
+    def __init__(
+        self, shards: Sequence[ShardHandle], limits: LimitSettings, routing: RoutingTable | None = None
+    ) -> None:
+        """Route over ``shards`` by ``routing`` (default: a data dir never resharded; the shards'
+        order is the routing order: never reorder a data dir's)."""
         self._limits = limits
         self.shards = list(shards)
+        self.routing = routing or RoutingTable.legacy(len(self.shards))
+        if self.routing.shards != len(self.shards):
+            raise ConfigError(f"a routing table of {self.routing.shards} shards over {len(self.shards)}")
 
     def _shard(self, user_id: str) -> ShardHandle:
-        return self.shards[shard_of(user_id, len(self.shards))]
+        return self.shards[self.routing.shard_of(user_id)]
 
     def add(self, new_facts: Sequence[NewFact], vectors: np.ndarray) -> list[Fact]:
         """Store facts durably; see :meth:`FactShard.add`.
@@ -303,7 +324,7 @@ class ShardedFactStore:
             raise ValidationError(f"batch of {len(new_facts)} facts, limit is {self._limits.max_batch}")
         rows_by_shard: dict[int, list[int]] = {}
         for row, fact in enumerate(new_facts):
-            rows_by_shard.setdefault(shard_of(fact.user_id, len(self.shards)), []).append(row)
+            rows_by_shard.setdefault(self.routing.shard_of(fact.user_id), []).append(row)
         if len(rows_by_shard) <= 1:
             return self._shard(new_facts[0].user_id).add(new_facts, vectors) if new_facts else []
         matrix = np.asarray(vectors)
@@ -413,7 +434,10 @@ class ShardedFactStore:
 
     def health(self) -> list[dict[str, Any]]:
         """Each shard's :meth:`ShardHandle.health`, in routing order, with its number."""
-        return [{**shard.health(), "shard": no} for no, shard in enumerate(self.shards)]
+        return [
+            {**shard.health(), "shard": no, "slots": len(self.routing.slots_of(no))}
+            for no, shard in enumerate(self.shards)
+        ]
 
     def snapshot(self) -> None:
         """Snapshot every shard (faster next open)."""
@@ -449,12 +473,44 @@ class LocalFactStore(ShardedFactStore):
             ConfigError: the data dir belongs to other settings.
             CorruptionError: a shard cannot be recovered without losing acknowledged data.
         """
-        open_manifest(storage.data_dir, storage.shards, dim, embedder)
+        table = open_manifest(storage.data_dir, storage.shards, dim, embedder)
         self.dim = dim
-        super().__init__(
-            [
-                FactShard(shard_dir(storage.data_dir, i), dim, limits, storage.snapshot_every, window_turns)
-                for i in range(storage.shards)
-            ],
-            limits,
+        self._storage = storage
+        self._limits = limits
+        self._window_turns = window_turns
+        self._local = [self._open_shard(i) for i in range(table.shards)]
+        super().__init__(self._local, limits, table)
+        self._resharder = Resharder(
+            storage.data_dir, self._local, table, self._open_shard, lambda i: shard_dir(storage.data_dir, i)
         )
+        try:
+            self._resharder.recover()
+        except StorageError:
+            self.close()
+            raise
+
+    def _open_shard(self, shard_no: int) -> FactShard:
+        storage = self._storage
+        return FactShard(
+            shard_dir(storage.data_dir, shard_no),
+            self.dim,
+            self._limits,
+            storage.snapshot_every,
+            self._window_turns,
+        )
+
+    def reshard(self, shards: int) -> ReshardReport:
+        """Move slots so that ``shards`` shards hold them evenly (see
+        :mod:`memory_core.store.resharding`); no other call may run meanwhile.
+
+        Raises:
+            ConfigError: not a shard count this data dir can have, or another reshard was
+                interrupted (finish that one first).
+            StorageError: a step was not written; the data dir is consistent and the same call
+                goes on from where it stopped.
+        """
+        try:
+            return self._resharder.reshard(shards)
+        finally:
+            self.shards = list(self._local)
+            self.routing = self._resharder.routing

@@ -20,6 +20,7 @@ import shutil
 import struct
 import threading
 from collections import OrderedDict, deque
+from collections.abc import Collection
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
@@ -56,6 +57,15 @@ class PendingTurns:
     session_id: str
     turns: tuple[Turn, ...]
     at: datetime  # when they were received
+
+
+@dataclass(frozen=True)
+class InboxCopy:
+    """What an inbox holds of some users, as another shard's inbox takes it."""
+
+    windows: tuple[tuple[str, str, tuple[Turn, ...]], ...]  # (user, session, turns no batch holds)
+    pending: tuple[PendingTurns, ...]  # in the order they were accepted
+    answers: tuple[StoredAnswer, ...]  # oldest first
 
 
 @dataclass(frozen=True)
@@ -112,6 +122,18 @@ def _decode_answer(payload: bytes) -> StoredAnswer:
     return StoredAnswer(**{**raw, "at": as_utc(datetime.fromisoformat(raw["at"]))})
 
 
+def _unbatched(
+    windows: OrderedDict[tuple[str, str], deque[Turn]], batches: list[PendingTurns]
+) -> list[tuple[tuple[str, str], tuple[Turn, ...]]]:
+    """Each window's turns that none of its session's pending ``batches`` holds: those turns join
+    the window again when the batch is replayed, after the others (a user's writes run in order:
+    they came last)."""
+    pending = {(b.user_id, b.session_id, id(turn)) for b in batches for turn in b.turns}
+    return [
+        (key, tuple(t for t in window if (*key, id(t)) not in pending)) for key, window in windows.items()
+    ]
+
+
 class TurnInbox:
     """The pending turn batches of one shard's users, their sessions' working windows, and the
     answers kept for repeated calls."""
@@ -165,13 +187,16 @@ class TurnInbox:
             StorageError: not written; nothing was accepted.
         """
         with self._lock:
-            batch = PendingTurns(self._next_seq, user_id, session_id, turns, as_utc(at))
-            self._writer.append(wal.Op.TURNS_ACCEPTED, _encode(batch))
-            self._next_seq += 1
-            self._records += 1
-            self._pending[batch.seq] = batch
-            self._join_window(user_id, session_id, turns)
-            return batch.seq
+            return self._accept(user_id, session_id, turns, at)
+
+    def _accept(self, user_id: str, session_id: str, turns: tuple[Turn, ...], at: datetime) -> int:
+        batch = PendingTurns(self._next_seq, user_id, session_id, turns, as_utc(at))
+        self._writer.append(wal.Op.TURNS_ACCEPTED, _encode(batch))
+        self._next_seq += 1
+        self._records += 1
+        self._pending[batch.seq] = batch
+        self._join_window(user_id, session_id, turns)
+        return batch.seq
 
     def extend_window(self, user_id: str, session_id: str, turns: tuple[Turn, ...]) -> None:
         """Add turns to the end of a session's working window, durably, without a write.
@@ -275,28 +300,63 @@ class TurnInbox:
                 batches=sum(batch.user_id == user_id for batch in self._pending.values()),
                 window_turns=sum(len(w) for (user, _), w in self._windows.items() if user == user_id),
             )
-            self._rewrite(without=user_id)
+            self._rewrite(without={user_id})
             return erased
+
+    def export(self, users: Collection[str]) -> InboxCopy:
+        """What the inbox holds of ``users`` (a reshard copies it to another shard)."""
+        with self._lock:
+            keep = [b for _, b in sorted(self._pending.items()) if b.user_id in users]
+            held = OrderedDict((key, w) for key, w in self._windows.items() if key[0] in users)
+            windows = [(user, session, turns) for (user, session), turns in _unbatched(held, keep)]
+            answers = [a for a in self._answers.values() if a.user_id in users]
+            return InboxCopy(tuple(windows), tuple(keep), tuple(answers))
+
+    def take(self, copy: InboxCopy) -> None:
+        """Add what another shard's inbox held of some users, durably: their windows, their
+        pending batches (numbered here, in their order) and their kept answers.
+
+        Raises:
+            StorageError: not all of it was written (a reshard rolls the move back).
+        """
+        with self._lock:
+            for user_id, session_id, turns in copy.windows:
+                if turns:
+                    self._writer.append(wal.Op.WINDOW, _encode_turns(user_id, session_id, turns))
+                    self._records += 1
+                    self._join_window(user_id, session_id, turns)
+            for batch in copy.pending:
+                self._accept(batch.user_id, batch.session_id, batch.turns, batch.at)
+            for answer in copy.answers:
+                self._writer.append(wal.Op.ANSWER, _encode_answer(answer))
+                self._records += 1
+                self._answers[(answer.user_id, answer.key)] = answer
+            self._answers = dict(sorted(self._answers.items(), key=lambda kept: kept[1].at))
+
+    def drop(self, users: Collection[str]) -> None:
+        """Forget ``users``' batches, windows and answers, and every byte of them on disk.
+
+        Raises:
+            StorageError: the log could not be rewritten; nothing changed.
+        """
+        with self._lock:
+            self._rewrite(without=users)
 
     def _maybe_rewrite(self) -> None:
         # Most of a long log is batches done, turns gone from windows and answers forgotten:
         # keep it within twice what lives.
         live = len(self._pending) + len(self._answers) + len(self._windows)
         if self._records >= _COMPACT_AFTER and self._records > 2 * live:
-            self._rewrite(without=None)
+            self._rewrite(without=())
 
-    def _rewrite(self, without: str | None) -> None:
-        keep = [b for _, b in sorted(self._pending.items()) if b.user_id != without]
-        answers = {k: a for k, a in self._answers.items() if a.user_id != without}  # order kept
-        windows = OrderedDict((k, w) for k, w in self._windows.items() if k[0] != without)
+    def _rewrite(self, without: Collection[str]) -> None:
+        keep = [b for _, b in sorted(self._pending.items()) if b.user_id not in without]
+        answers = {k: a for k, a in self._answers.items() if a.user_id not in without}  # order kept
+        windows = OrderedDict((k, w) for k, w in self._windows.items() if k[0] not in without)
         old = wal.list_segments(self.directory)
         fresh = wal.WalWriter(self.directory, self._writer.seq + 1)
         try:
-            # A window's turns that a pending batch holds join it again when the batch is
-            # replayed, after the others (a user's writes run in order: they came last).
-            pending = {id(turn) for batch in keep for turn in batch.turns}
-            for (user_id, session_id), window in windows.items():
-                written = tuple(t for t in window if id(t) not in pending)
+            for (user_id, session_id), written in _unbatched(windows, keep):
                 if written:
                     fresh.append(wal.Op.WINDOW, _encode_turns(user_id, session_id, written))
             for batch in keep:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import heapq
 import secrets
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -94,6 +94,10 @@ class Partitions:
         found = list(dict.fromkeys(ids))
         chains = self.replaced(user_id, found)
         return list(dict.fromkeys(found + [f.id for i in found for f in chains.get(i, ())]))
+
+    def clashes(self, ids: Iterable[int]) -> list[int]:
+        """Those of ``ids`` already in use here (stored, or a dead row waiting for compaction)."""
+        return [i for i in ids if i in self._owner or i in self._dead]
 
     def new_id(self, taken: set[int]) -> int:
         """A random positive 63-bit id not used here nor in ``taken``."""
@@ -240,12 +244,15 @@ class Partitions:
             1 for queue in self._queues(tenant) for entry in queue if entry[0] < now and self._live(entry)
         )
 
-    def export(self, without: str | None = None) -> tuple[list[Fact], np.ndarray]:
-        """Every stored fact (but those of user ``without``) and its vector (row i belongs to facts[i])."""
+    def export(
+        self, without: Collection[str] = (), only: Collection[str] | None = None
+    ) -> tuple[list[Fact], np.ndarray]:
+        """Every stored fact (of the users in ``only``, when given; never of those in ``without``)
+        and its vector (row i belongs to facts[i])."""
         facts: list[Fact] = []
         blocks: list[np.ndarray] = [np.zeros((0, self.dim), dtype=np.float32)]
         for user_id, part in self._parts.items():
-            if user_id == without:
+            if user_id in without or (only is not None and user_id not in only):
                 continue
             ids = faiss.vector_to_array(part.index.id_map)
             flat = faiss.downcast_index(part.index.index)

@@ -14,7 +14,7 @@ import os
 import shutil
 import struct
 import threading
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -26,6 +26,7 @@ import pyarrow as pa
 
 from memory_core.errors import CorruptionError, NotFoundError, StorageError, ValidationError
 from memory_core.models import Fact, NewFact, Turn, as_utc
+from memory_core.routing import slot_of
 from memory_core.settings import LimitSettings, WorkingSettings
 from memory_core.store import snapshot as snap
 from memory_core.store import wal
@@ -38,7 +39,7 @@ from memory_core.store.arrow_codec import (
 )
 from memory_core.store.backup import upload
 from memory_core.store.fsutil import TEMP_SUFFIX, lock_directory
-from memory_core.store.inbox import PendingTurns, StoredAnswer, TurnInbox
+from memory_core.store.inbox import InboxCopy, PendingTurns, StoredAnswer, TurnInbox
 from memory_core.store.partitions import Partitions
 from memory_core.validation import check_text, check_user_id, check_vectors
 
@@ -52,6 +53,16 @@ class UserErasure:
     facts: int
     pending_batches: int  # accepted turn batches not written yet
     window_turns: int  # turns of the user's working windows
+
+
+@dataclass(frozen=True)
+class SlotCopy:
+    """The users of some slots as one shard exports them and another imports them."""
+
+    users: int
+    facts: int
+    fact_rows: bytes  # facts with their vectors, as the log's ADD record holds them
+    inbox: InboxCopy
 
 
 @dataclass(frozen=True)
@@ -385,8 +396,58 @@ class FactShard:
         with self._lock:
             count = len(self._mem.user_facts(user_id))
             inbox = self._inbox.erase_user(user_id)
-            self._write_snapshot(purge=True, without=user_id)
+            self._write_snapshot(purge=True, without={user_id})
             return UserErasure(facts=count, pending_batches=inbox.batches, window_turns=inbox.window_turns)
+
+    # ------------------------------------------------------------------ resharding
+
+    def _slot_users(self, slots: Collection[int], slot_count: int) -> set[str]:
+        wanted = set(slots)
+        return {user for user in self.user_ids() if slot_of(user, slot_count) in wanted}
+
+    def export_slots(self, slots: Collection[int], slot_count: int) -> SlotCopy:
+        """Everything of the users in ``slots`` (of ``slot_count``): facts with their history
+        and vectors, pending turns, working windows, kept answers (a reshard copies it)."""
+        with self._lock:
+            users = self._slot_users(slots, slot_count)
+            facts, vectors = self._mem.export(only=users)
+            batch = facts_to_batch(facts, vectors, self.dim)
+            return SlotCopy(len(users), len(facts), batch_to_ipc(batch), self._inbox.export(users))
+
+    def import_slots(self, copy: SlotCopy) -> None:
+        """Take what another shard exported, durably, ids and supersede links as they were.
+
+        Raises:
+            StorageError: a fact id is in use here, or the copy was not all written (a reshard
+                then drops the slots here again).
+        """
+        with self._lock:
+            facts, vectors = batch_to_facts(ipc_to_table(copy.fact_rows))
+            clashes = self._mem.clashes(f.id for f in facts)
+            if clashes:
+                raise StorageError(
+                    f"fact ids {clashes[:3]} of the moved slots are in use in {self.directory}"
+                )
+            if facts:
+                self._log(wal.Op.ADD, copy.fact_rows)
+                self._mem.insert(facts, vectors)
+            self._inbox.take(copy.inbox)
+            self._maybe_snapshot()
+
+    def drop_slots(self, slots: Collection[int], slot_count: int) -> int:
+        """Remove every trace of the users in ``slots`` (moved to another shard), files included
+        (as :meth:`erase_user` does); returns how many users went. Dropping twice is dropping once.
+
+        Raises:
+            StorageError: not written; the users are still here and a retry drops them.
+        """
+        with self._lock:
+            users = self._slot_users(slots, slot_count)
+            if not users:
+                return 0
+            self._inbox.drop(users)
+            self._write_snapshot(purge=True, without=users)
+            return len(users)
 
     # ----------------------------------------------------------------- turn inbox
 
@@ -441,7 +502,7 @@ class FactShard:
             The new snapshot's sequence number.
         """
         with self._lock:
-            return self._write_snapshot(purge, without=None)
+            return self._write_snapshot(purge, without=())
 
     def backup(self, uri: str) -> dict[str, Any]:
         """Copy the shard to ``uri`` as one point in time: a new snapshot, the empty log segment
@@ -456,7 +517,7 @@ class FactShard:
             StorageError: the snapshot, the staging or the copy failed (the shard is unharmed).
         """
         with self._lock:
-            seq = self._write_snapshot(purge=False, without=None)
+            seq = self._write_snapshot(purge=False, without=())
             users, facts = self._mem.counts()
             staging = self.directory / f"{_STAGING}{seq}"
             try:
@@ -478,7 +539,7 @@ class FactShard:
             shutil.rmtree(staging, ignore_errors=True)
         return {"seq": seq, "users": users, "facts": facts, "files": files}
 
-    def _write_snapshot(self, purge: bool, without: str | None) -> int:
+    def _write_snapshot(self, purge: bool, without: Collection[str]) -> int:
         seq = self._current_seq + 1
         # The segment exists before the snapshot does, so a usable snapshot without its
         # segment means lost records (see _recover), never a crash between the two steps.
@@ -497,8 +558,8 @@ class FactShard:
         self._current_seq = seq
         self._records_since_snapshot = 0
         self._snapshot_due = self._snapshot_every
-        if without is not None:
-            self._mem.drop_user(without)
+        for user_id in without:
+            self._mem.drop_user(user_id)
         self._prune(keep_from=seq if purge else self._previous_snapshot(seq), strays=purge)
         return seq
 
@@ -524,7 +585,7 @@ class FactShard:
         except OSError as exc:
             raise StorageError(f"cannot prune old files in {self.directory}: {exc}") from exc
 
-    def _table(self, without: str | None = None) -> pa.Table:
+    def _table(self, without: Collection[str] = ()) -> pa.Table:
         facts, vectors = self._mem.export(without)
         batch = facts_to_batch(facts, vectors, self.dim)
         return pa.Table.from_batches([batch], schema=fact_schema(self.dim))

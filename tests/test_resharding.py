@@ -1,0 +1,318 @@
+"""Resharding a data dir: slots move between shards with everything of their users (facts with
+history and vectors, pending turns, windows, kept answers), the routing table switches after the
+copy is durable, and a kill -9 at any step leaves the store exact when it opens again."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from memory_core.backups import restore_backup, take_backup
+from memory_core.errors import ConfigError, StorageError
+from memory_core.models import NewFact, Role, Turn
+from memory_core.routing import SLOTS, RoutingTable, shard_of
+from memory_core.settings import LimitSettings, StorageSettings
+from memory_core.store.facts import LocalFactStore, shard_dir
+from memory_core.store.inbox import StoredAnswer
+from memory_core.store.profile import DuckDBProfileStore
+
+DIM = 8
+NOW = datetime(2026, 5, 1, tzinfo=UTC)
+USERS = [f"acme:user{n}" for n in range(60)]
+
+
+def _open(data_dir: Path, shards: int = 2) -> LocalFactStore:
+    return LocalFactStore(
+        StorageSettings(data_dir=data_dir, shards=shards), LimitSettings(), DIM, "test-embedder"
+    )
+
+
+def _vectors(n: int, seed: int) -> np.ndarray:
+    rows = np.random.default_rng(seed).standard_normal((n, DIM)).astype(np.float32)
+    return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+
+def _fill(store: LocalFactStore) -> None:
+    """Three facts per user (the first replaced by the third), a pending batch, a window and a
+    kept answer for every third user."""
+    for n, user in enumerate(USERS):
+        facts = store.add(
+            [
+                NewFact(user_id=user, text=f"fact {k} of {user}", created_at=NOW + timedelta(minutes=k))
+                for k in range(3)
+            ],
+            _vectors(3, n),
+        )
+        store.supersede(user, facts[0].id, facts[2].id)
+        if n % 3 == 0:
+            turn = Turn(role=Role.USER, content=f"hello from {user}", at=NOW, turn_id=f"t{n}")
+            store.extend_window(user, "s1", [turn])
+            store.accept_turns(user, "s2", [turn], NOW)
+            store.keep_answer(StoredAnswer(user, f"key{n}", "fp", 202, "{}", NOW), NOW - timedelta(days=1))
+
+
+def _state(store: LocalFactStore) -> dict[str, object]:
+    """Everything the store holds of each user, as the service reads it."""
+    pending = sorted((b.user_id, b.session_id, b.turns) for b in store.pending_turns())
+    state: dict[str, object] = {"pending": pending}
+    for n, user in enumerate(USERS):
+        facts = store.list_user(user, include_superseded=True)
+        ids = [f.id for f in facts]
+        state[user] = (
+            [(f.id, f.text, f.superseded_by) for f in facts],
+            np.round(store.vectors_of(user, ids), 5).tolist(),
+            [(f.id, round(score, 5)) for f, score in store.search(user, _vectors(1, 1000 + n)[0], 5, NOW)],
+            store.window(user, "s1") + store.window(user, "s2"),
+            store.answer(user, f"key{n}", NOW - timedelta(days=1)),
+        )
+    return state
+
+
+def _counts(store: LocalFactStore) -> list[int]:
+    return [shard.stats()["facts"] for shard in store.shards]
+
+
+def test_a_legacy_table_routes_as_the_modulo_of_a_data_dir_never_resharded() -> None:
+    for shards in (1, 2, 3, 7):
+        table = RoutingTable.legacy(shards)
+        assert len(table.owners) >= SLOTS and len(table.owners) % shards == 0
+        assert all(table.shard_of(user) == shard_of(user, shards) for user in USERS)
+
+
+def test_a_plan_spreads_slots_evenly_and_moves_only_what_it_must() -> None:
+    table = RoutingTable.legacy(2)
+    moves = table.plan(4)
+    assert sum(len(m.slots) for m in moves) == len(table.owners) // 2  # half the slots stay
+    for move in moves:
+        table = table.moved(move)
+    assert [len(table.slots_of(s)) for s in range(4)] == [256] * 4 and table.version == len(moves)
+    assert table.plan(4) == []
+    shrunk = table
+    for move in table.plan(3):
+        assert move.source == 3
+        shrunk = shrunk.moved(move)
+    assert sorted(len(shrunk.slots_of(s)) for s in range(3)) == [341, 341, 342]
+    with pytest.raises(ConfigError):
+        table.plan(0)
+    with pytest.raises(ConfigError):
+        table.plan(len(table.owners) + 1)
+
+
+def test_resharding_2_4_8_3_keeps_every_users_facts_history_vectors_turns_and_answers(tmp_path: Path) -> None:
+    store = _open(tmp_path)
+    _fill(store)
+    before = _state(store)
+    total = sum(_counts(store))
+    for goal in (4, 8, 3):
+        report = store.reshard(goal)
+        assert report.shards_after == goal == len(store.shards) == store.routing.shards
+        assert sum(m.facts for m in report.moves) > 0
+        assert sum(_counts(store)) == total  # nothing lost, nothing held twice
+        assert _state(store) == before
+        for no, shard in enumerate(store.shards):  # every user on the shard its slot names
+            assert all(store.routing.shard_of(u) == no for u in shard.user_ids())
+    assert not shard_dir(tmp_path, 3).exists()
+    store.close()
+    reopened = _open(tmp_path)  # settings still say 2: the routing table says 3
+    assert len(reopened.shards) == 3 and _state(reopened) == before
+    new = reopened.add([NewFact(user_id=USERS[0], text="later", created_at=NOW)], _vectors(1, 99))
+    assert reopened.get(USERS[0], new[0].id).text == "later"
+    reopened.close()
+
+
+def test_a_served_app_is_told_to_set_the_resharded_count(tmp_path: Path) -> None:
+    from memory_core.store.facts import open_manifest
+
+    store = _open(tmp_path)
+    store.reshard(3)
+    store.close()
+    with pytest.raises(ConfigError, match="storage.shards=2: set it to 3"):
+        open_manifest(tmp_path, 2, DIM, "test-embedder", placement=[])
+    assert open_manifest(tmp_path, 3, DIM, "test-embedder", placement=[]).shards == 3
+
+
+def test_an_interrupted_reshard_must_be_finished_before_another(tmp_path: Path) -> None:
+    store = _open(tmp_path)
+    _fill(store)
+    (tmp_path / "reshard.json").write_text(json.dumps({"goal": 4, "move": None}))
+    with pytest.raises(ConfigError, match="interrupted"):
+        store.reshard(5)
+    assert store.reshard(4).shards_after == 4 and not (tmp_path / "reshard.json").exists()
+    store.close()
+
+
+_CRASH = """
+import os, signal, sys
+from pathlib import Path
+sys.path.insert(0, {tests!r})
+import test_resharding as t
+from memory_core.store import resharding, shard
+
+step = {step!r}
+original = getattr({owner}, {name!r})
+calls = []
+
+def crash(*args, **kwargs):
+    calls.append(1)
+    if {before} and len(calls) == {nth}:
+        os.kill(os.getpid(), signal.SIGKILL)
+    result = original(*args, **kwargs)
+    if len(calls) == {nth}:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return result
+
+setattr({owner}, {name!r}, crash)
+store = t._open(Path({data_dir!r}))
+store.reshard({goal})
+"""
+
+# (where the kill lands, owner, function, before the call?, which call): every step of a move,
+# of the growth before it and of the shrink after it.
+_STEPS = [
+    ("grown table written", "resharding", "write_routing", False, 1),
+    ("mid import", "shard.TurnInbox", "take", True, 1),
+    ("imported, not switched", "shard.FactShard", "import_slots", False, 1),
+    ("switched, source not dropped", "resharding", "write_routing", False, 2),
+    ("source dropped, journal not cleared", "shard.FactShard", "drop_slots", False, 1),
+    ("second move switched", "resharding", "write_routing", False, 3),
+]
+
+
+@pytest.mark.parametrize(("label", "owner", "name", "before", "nth"), _STEPS, ids=[s[0] for s in _STEPS])
+def test_kill_9_anywhere_in_a_reshard_loses_and_duplicates_nothing(
+    tmp_path: Path, label: str, owner: str, name: str, before: bool, nth: int
+) -> None:
+    store = _open(tmp_path)
+    _fill(store)
+    expected = _state(store)
+    total = sum(_counts(store))
+    store.close()
+    script = _CRASH.format(
+        tests=str(Path(__file__).parent),
+        step=label,
+        owner=owner,
+        name=name,
+        before=before,
+        nth=nth,
+        data_dir=str(tmp_path),
+        goal=4,
+    )
+    killed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    reopened = _open(tmp_path)
+    assert sum(_counts(reopened)) == total and _state(reopened) == expected
+    for no, shard in enumerate(reopened.shards):
+        assert all(reopened.routing.shard_of(u) == no for u in shard.user_ids())
+    report = reopened.reshard(4)  # `longmem shards resume`
+    assert reopened.routing.plan(4) == [] and report.shards_after == 4
+    assert sum(_counts(reopened)) == total and _state(reopened) == expected
+    reopened.close()
+
+
+def test_kill_9_in_a_shrink_after_the_switch_deletes_the_emptied_shard_on_open(tmp_path: Path) -> None:
+    store = _open(tmp_path)
+    _fill(store)
+    store.reshard(3)
+    expected, total = _state(store), sum(_counts(store))
+    switches = len(store.routing.plan(2))  # one per move, then the smaller table
+    store.close()
+    script = _CRASH.format(
+        tests=str(Path(__file__).parent),
+        step="shrunk table written",
+        owner="resharding",
+        name="write_routing",
+        before=False,
+        nth=switches + 1,
+        data_dir=str(tmp_path),
+        goal=2,
+    )
+    killed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert shard_dir(tmp_path, 2).exists()
+    reopened = _open(tmp_path)
+    assert len(reopened.shards) == 2 and not shard_dir(tmp_path, 2).exists()
+    assert not (tmp_path / "reshard.json").exists()
+    assert sum(_counts(reopened)) == total and _state(reopened) == expected
+    reopened.close()
+
+
+def test_shards_add_remove_and_status_from_the_cli(tmp_path: Path) -> None:
+    store = _open(tmp_path)
+    _fill(store)
+    expected = _state(store)
+    store.close()
+    env = {**os.environ, "LONGMEM_STORAGE__DATA_DIR": str(tmp_path)}
+
+    def longmem(*args: str) -> dict[str, object]:
+        done = subprocess.run(
+            [sys.executable, "-m", "longmem", "--data-dir", str(tmp_path), "shards", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+    added = longmem("add", "2")
+    assert (added["shards_before"], added["shards_after"]) == (2, 4)
+    removed = longmem("remove", "1")
+    assert removed["shards_after"] == 3 and removed["routing_version"] > added["routing_version"]
+    reopened = _open(tmp_path)
+    assert _state(reopened) == expected
+    reopened.close()
+    bad = subprocess.run(
+        [sys.executable, "-m", "longmem", "--data-dir", str(tmp_path), "shards", "remove", "3"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert bad.returncode != 0 and "0 shards" in bad.stderr
+
+
+def test_a_move_whose_fact_ids_are_taken_on_the_target_is_rolled_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = _open(tmp_path)
+    _fill(store)
+    store.reshard(4)
+    move = next(m for m in store.routing.plan(2) if m.source == 2)
+    leaving = next(u for u in USERS if store.routing.slot_of(u) in move.slots)
+    staying = next(u for u in USERS if store.routing.shard_of(u) == move.target)
+    taken = store.list_user(leaving)[0].id
+    monkeypatch.setattr("memory_core.store.partitions.secrets.randbits", lambda _: taken)
+    store.add([NewFact(user_id=staying, text="same id, other shard", created_at=NOW)], _vectors(1, 7))
+    monkeypatch.undo()
+    expected, total = _state(store), sum(_counts(store))
+    with pytest.raises(StorageError, match="in use"):
+        store.reshard(2)
+    assert sum(_counts(store)) == total and _state(store) == expected
+    assert all(
+        store.routing.shard_of(u) == no for no, shard in enumerate(store.shards) for u in shard.user_ids()
+    )
+    store.close()
+
+
+def test_a_backup_of_a_resharded_store_restores_with_its_routing(tmp_path: Path) -> None:
+    store = _open(tmp_path / "live")
+    _fill(store)
+    store.reshard(3)
+    expected = _state(store)
+    profiles = DuckDBProfileStore(tmp_path / "live" / "profile.duckdb", LimitSettings())
+    record = take_backup(store, profiles, DIM, "test-embedder", str(tmp_path / "backups"), NOW)
+    assert record.routing is not None and record.routing["version"] == store.routing.version
+    routing = store.routing
+    store.close()
+    profiles.close()
+    restore_backup(str(tmp_path / "backups"), tmp_path / "restored", LimitSettings())
+    restored = _open(tmp_path / "restored")
+    assert restored.routing == routing and _state(restored) == expected
+    restored.close()
