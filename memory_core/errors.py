@@ -19,8 +19,10 @@ The tree::
     │   ├── SweepBusyError       a sweep is already running; this one was refused
     │   └── SweepIncompleteError some shards failed after retries; the others were swept
     ├── RemoteError              a longmem server answered a client call with an error status
+    ├── StaleRoutingError        the shard asked does not own the user (the caller's routing is old)
     └── StorageError             the disk refused; the operation was not acknowledged
-        └── CorruptionError      a log or snapshot is damaged in a way that could lose acked data
+        ├── CorruptionError      a log or snapshot is damaged in a way that could lose acked data
+        └── SlotMovingError      the user's slot is moving to another shard: retry after the move
 
 The HTTP ingress maps these to status codes; nothing below it knows about HTTP.
 """
@@ -183,3 +185,21 @@ class CorruptionError(StorageError):
         self.path = path
         self.reason = reason
         super().__init__(f"{path}: {reason}")
+
+
+class SlotMovingError(StorageError):
+    """A write for a user whose slot is being moved to another shard was refused (nothing was
+    written): the fact store retries it once the move is over, at the shard that owns it then."""
+
+    def __init__(self, slot: int) -> None:
+        self.slot = slot
+        super().__init__(f"slot {slot} is moving to another shard: retry")
+
+
+class StaleRoutingError(LongmemError):
+    """A shard was asked about a user it does not own: the caller's routing table is older than
+    the shard's (a reshard moved the user's slot). Nothing was read or written."""
+
+    def __init__(self, version: int) -> None:
+        self.version = version
+        super().__init__(f"this shard does not own the user (routing version {version}): route again")

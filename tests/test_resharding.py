@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -19,10 +20,11 @@ from memory_core.backups import restore_backup, take_backup
 from memory_core.errors import ConfigError, StorageError
 from memory_core.models import NewFact, Role, Turn
 from memory_core.routing import SLOTS, RoutingTable, shard_of
-from memory_core.settings import LimitSettings, StorageSettings
+from memory_core.settings import LimitSettings, StorageSettings, WorkingSettings
 from memory_core.store.facts import LocalFactStore, shard_dir
 from memory_core.store.inbox import StoredAnswer
 from memory_core.store.profile import DuckDBProfileStore
+from memory_core.store.resharding import SLOTS_PER_MOVE
 
 DIM = 8
 NOW = datetime(2026, 5, 1, tzinfo=UTC)
@@ -222,7 +224,8 @@ def test_kill_9_in_a_shrink_after_the_switch_deletes_the_emptied_shard_on_open(t
     _fill(store)
     store.reshard(3)
     expected, total = _state(store), sum(_counts(store))
-    switches = len(store.routing.plan(2))  # one per move, then the smaller table
+    # one per move of at most SLOTS_PER_MOVE slots, then the smaller table
+    switches = sum(-(-len(m.slots) // SLOTS_PER_MOVE) for m in store.routing.plan(2))
     store.close()
     script = _CRASH.format(
         tests=str(Path(__file__).parent),
@@ -316,3 +319,63 @@ def test_a_backup_of_a_resharded_store_restores_with_its_routing(tmp_path: Path)
     restored = _open(tmp_path / "restored")
     assert restored.routing == routing and _state(restored) == expected
     restored.close()
+
+
+def test_resharding_while_clients_write_and_recall_loses_nothing_and_crosses_no_user(tmp_path: Path) -> None:
+    store = _open(tmp_path)
+    _fill(store)
+    before = sum(_counts(store))
+    acked: dict[str, list[int]] = {user: [] for user in USERS}
+    strangers: list[tuple[str, str]] = []
+    failures: list[BaseException] = []
+    stop = threading.Event()
+
+    def write(users: list[str]) -> None:
+        n = 0
+        while not stop.is_set():
+            user = users[n % len(users)]
+            try:
+                [fact] = store.add([NewFact(user_id=user, text=f"live {n}", created_at=NOW)], _vectors(1, n))
+                acked[user].append(fact.id)
+                store.extend_window(user, "live", [Turn(role=Role.USER, content=f"live {n}", at=NOW)])
+            except BaseException as exc:  # noqa: BLE001 - reported by the test thread
+                failures.append(exc)
+                return
+            n += 1
+
+    def recall() -> None:
+        n = 0
+        while not stop.is_set():
+            user = USERS[n % len(USERS)]
+            try:
+                hits = store.search(user, _vectors(1, n)[0], 5, NOW)
+            except BaseException as exc:  # noqa: BLE001 - reported by the test thread
+                failures.append(exc)
+                return
+            strangers.extend((user, f.user_id) for f, _ in hits if f.user_id != user)
+            n += 1
+
+    threads = [
+        threading.Thread(target=write, args=(USERS[:30],)),
+        threading.Thread(target=write, args=(USERS[30:],)),
+        threading.Thread(target=recall),
+    ]
+    for thread in threads:
+        thread.start()
+    try:
+        for goal in (4, 8, 3):
+            store.reshard(goal)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+    assert failures == [] and strangers == []
+    written = sum(len(ids) for ids in acked.values())
+    assert written > 0 and sum(_counts(store)) == before + written  # none lost, none twice
+    for user, ids in acked.items():
+        stored = {f.id for f in store.list_user(user)}
+        assert set(ids) <= stored
+        assert len(store.window(user, "live")) == min(len(ids), WorkingSettings().turns)
+    for no, shard in enumerate(store.shards):
+        assert all(store.routing.shard_of(u) == no for u in shard.user_ids())
+    store.close()

@@ -4,14 +4,22 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from memory_core.errors import ConfigError, InvalidVectorError, StorageError, ValidationError
+from memory_core.errors import (
+    ConfigError,
+    InvalidVectorError,
+    SlotMovingError,
+    StaleRoutingError,
+    StorageError,
+    ValidationError,
+)
 from memory_core.models import Fact, NewFact, Turn
 from memory_core.routing import RoutingTable, read_routing
 from memory_core.settings import LimitSettings, StorageSettings, WorkingSettings
@@ -19,12 +27,14 @@ from memory_core.store.backup import join_uri, shard_part
 from memory_core.store.fsutil import fsync_dir, write_atomically
 from memory_core.store.inbox import PendingTurns, StoredAnswer
 from memory_core.store.resharding import Resharder, ReshardReport
-from memory_core.store.shard import FactShard, UserErasure
+from memory_core.store.shard import FactShard, SlotCopy, UserErasure
 
 _MANIFEST = "longmem.json"
 _RESTORING = "RESTORING"
 _SCRATCH = "restore-scratch"
 _FORMAT = 1
+_SETTLE_PAUSE_S = 0.05  # between tries while a user's slot moves
+T = TypeVar("T")
 
 
 class UserFacts(Protocol):
@@ -295,23 +305,82 @@ class ShardHandle(UserFacts, Protocol):
         """The shard's accepted batches not written yet, in the order they were accepted."""
         ...
 
+    def export_slots(self, slots: Collection[int], slot_count: int) -> SlotCopy:
+        """Everything of the users in ``slots``, for another shard to import."""
+        ...
+
+    def import_slots(self, copy: SlotCopy) -> None:
+        """Take what another shard exported, durably."""
+        ...
+
+    def drop_slots(self, slots: Collection[int], slot_count: int) -> int:
+        """Remove every trace of the users in ``slots``; how many users went."""
+        ...
+
+    def adopt(self, routing: RoutingTable) -> None:
+        """Serve by ``routing`` from now on."""
+        ...
+
+    def fence(self, slots: Collection[int]) -> None:
+        """Refuse writes of the users in ``slots`` until :meth:`unfence`."""
+        ...
+
+    def unfence(self) -> None:
+        """Take every owned slot's writes again."""
+        ...
+
 
 class ShardedFactStore:
-    """Facts of all users over shards picked by the stable user-id hash."""
+    """Facts of all users over shards, each user on the shard its slot belongs to."""
 
     def __init__(
-        self, shards: Sequence[ShardHandle], limits: LimitSettings, routing: RoutingTable | None = None
+        self,
+        shards: Sequence[ShardHandle],
+        limits: LimitSettings,
+        routing: RoutingTable | None = None,
+        refresh: Callable[[], tuple[list[ShardHandle], RoutingTable]] | None = None,
+        settle_s: float = 30.0,
     ) -> None:
         """Route over ``shards`` by ``routing`` (default: a data dir never resharded; the shards'
-        order is the routing order: never reorder a data dir's)."""
+        order is the routing order: never reorder a data dir's).
+
+        ``refresh`` fetches the current shards and table when a shard says it no longer owns a
+        user (a reshard moved the user's slot; without it the table is the one a reshard in
+        this process keeps current); a call waits up to ``settle_s`` for the user's shard to
+        settle (a slot on the move refuses writes for the move's length) before StorageError.
+        """
         self._limits = limits
         self.shards = list(shards)
         self.routing = routing or RoutingTable.legacy(len(self.shards))
         if self.routing.shards != len(self.shards):
             raise ConfigError(f"a routing table of {self.routing.shards} shards over {len(self.shards)}")
+        self._refresh = refresh
+        self._settle_s = settle_s
 
     def _shard(self, user_id: str) -> ShardHandle:
         return self.shards[self.routing.shard_of(user_id)]
+
+    def _settled(self, call: Callable[[], T]) -> T:
+        """``call()``, again after routing anew while a shard says the user's slot moved or is
+        moving."""
+        deadline = time.monotonic() + self._settle_s
+        while True:
+            try:
+                return call()
+            except (StaleRoutingError, SlotMovingError) as exc:
+                if time.monotonic() > deadline:
+                    raise StorageError(
+                        f"the user's shard did not settle in {self._settle_s:g} s: {exc}"
+                    ) from exc
+                known = self.routing.version
+                if isinstance(exc, StaleRoutingError) and self._refresh is not None:
+                    self.shards, self.routing = self._refresh()
+                if self.routing.version == known:
+                    time.sleep(_SETTLE_PAUSE_S)
+
+    def _on(self, user_id: str, call: Callable[[ShardHandle], T]) -> T:
+        """``call`` on the user's shard (see :meth:`_settled`)."""
+        return self._settled(lambda: call(self._shard(user_id)))
 
     def add(self, new_facts: Sequence[NewFact], vectors: np.ndarray) -> list[Fact]:
         """Store facts durably; see :meth:`FactShard.add`.
@@ -322,6 +391,9 @@ class ShardedFactStore:
         """
         if len(new_facts) > self._limits.max_batch:
             raise ValidationError(f"batch of {len(new_facts)} facts, limit is {self._limits.max_batch}")
+        return self._settled(lambda: self._add(new_facts, vectors))
+
+    def _add(self, new_facts: Sequence[NewFact], vectors: np.ndarray) -> list[Fact]:
         rows_by_shard: dict[int, list[int]] = {}
         for row, fact in enumerate(new_facts):
             rows_by_shard.setdefault(self.routing.shard_of(fact.user_id), []).append(row)
@@ -337,7 +409,7 @@ class ShardedFactStore:
         for shard_no, rows in rows_by_shard.items():
             try:
                 written = self.shards[shard_no].add([new_facts[r] for r in rows], matrix[rows])
-            except StorageError:
+            except (StorageError, StaleRoutingError):
                 self._undo_add([f for f in stored if f is not None])
                 raise
             for row, fact in zip(rows, written, strict=True):
@@ -354,31 +426,31 @@ class ShardedFactStore:
 
     def search(self, user_id: str, vector: np.ndarray, k: int, now: datetime) -> list[tuple[Fact, float]]:
         """Exact top-k search in the user's partition."""
-        return self._shard(user_id).search(user_id, vector, k, now)
+        return self._on(user_id, lambda shard: shard.search(user_id, vector, k, now))
 
     def get(self, user_id: str, fact_id: int) -> Fact:
         """One of the user's facts."""
-        return self._shard(user_id).get(user_id, fact_id)
+        return self._on(user_id, lambda shard: shard.get(user_id, fact_id))
 
     def list_user(self, user_id: str, include_superseded: bool = False) -> list[Fact]:
         """All of the user's facts, oldest first."""
-        return self._shard(user_id).list_user(user_id, include_superseded)
+        return self._on(user_id, lambda shard: shard.list_user(user_id, include_superseded))
 
     def vectors_of(self, user_id: str, fact_ids: Sequence[int]) -> np.ndarray:
         """Stored vectors of some of the user's facts."""
-        return self._shard(user_id).vectors_of(user_id, fact_ids)
+        return self._on(user_id, lambda shard: shard.vectors_of(user_id, fact_ids))
 
     def delete(self, user_id: str, fact_ids: Sequence[int]) -> list[int]:
         """Delete some of the user's facts durably."""
-        return self._shard(user_id).delete(user_id, fact_ids)
+        return self._on(user_id, lambda shard: shard.delete(user_id, fact_ids))
 
     def supersede(self, user_id: str, old_id: int, new_id: int) -> None:
         """Hide ``old_id`` from recall in favour of ``new_id``."""
-        self._shard(user_id).supersede(user_id, old_id, new_id)
+        self._on(user_id, lambda shard: shard.supersede(user_id, old_id, new_id))
 
     def replaced(self, user_id: str, fact_ids: Sequence[int]) -> dict[int, list[Fact]]:
         """What each of the user's ``fact_ids`` replaced, down the chain, newest first."""
-        return self._shard(user_id).replaced(user_id, fact_ids)
+        return self._on(user_id, lambda shard: shard.replaced(user_id, fact_ids))
 
     def expire(self, now: datetime, limit: int | None = None, tenant: str | None = None) -> int:
         """Delete expired facts (of ``tenant``'s users, or of everyone) in every shard; ``limit``
@@ -398,23 +470,23 @@ class ShardedFactStore:
     def erase_user(self, user_id: str) -> UserErasure:
         """Remove the user's facts, pending turns and windows, and compact their shard so no
         old file holds them."""
-        return self._shard(user_id).erase_user(user_id)
+        return self._on(user_id, lambda shard: shard.erase_user(user_id))
 
     def extend_window(self, user_id: str, session_id: str, turns: Sequence[Turn]) -> None:
         """Add turns to a session's working window in the user's shard."""
-        self._shard(user_id).extend_window(user_id, session_id, turns)
+        self._on(user_id, lambda shard: shard.extend_window(user_id, session_id, turns))
 
     def window(self, user_id: str, session_id: str) -> list[Turn]:
         """The session's last turns, from the user's shard."""
-        return self._shard(user_id).window(user_id, session_id)
+        return self._on(user_id, lambda shard: shard.window(user_id, session_id))
 
     def accept_turns(self, user_id: str, session_id: str, turns: Sequence[Turn], at: datetime) -> int:
         """Keep turns for a later write in the user's shard; see :meth:`FactShard.accept_turns`."""
-        return self._shard(user_id).accept_turns(user_id, session_id, turns, at)
+        return self._on(user_id, lambda shard: shard.accept_turns(user_id, session_id, turns, at))
 
     def turns_done(self, user_id: str, seq: int) -> None:
         """Mark one of the user's accepted batches written."""
-        self._shard(user_id).turns_done(user_id, seq)
+        self._on(user_id, lambda shard: shard.turns_done(user_id, seq))
 
     def pending_turns(self) -> list[PendingTurns]:
         """Every shard's accepted batches not written yet."""
@@ -422,11 +494,11 @@ class ShardedFactStore:
 
     def keep_answer(self, answer: StoredAnswer, forget_before: datetime) -> None:
         """Keep, in the user's shard, the answer to a call with an idempotency key."""
-        self._shard(answer.user_id).keep_answer(answer, forget_before)
+        self._on(answer.user_id, lambda shard: shard.keep_answer(answer, forget_before))
 
     def answer(self, user_id: str, key: str, since: datetime) -> StoredAnswer | None:
         """The answer kept for the user's call with ``key`` at ``since`` or later, if any."""
-        return self._shard(user_id).answer(user_id, key, since)
+        return self._on(user_id, lambda shard: shard.answer(user_id, key, since))
 
     def backup(self, uri: str) -> list[dict[str, Any]]:
         """Copy each shard to its own directory under ``uri``, one after the other."""
@@ -478,18 +550,16 @@ class LocalFactStore(ShardedFactStore):
         self._storage = storage
         self._limits = limits
         self._window_turns = window_turns
-        self._local = [self._open_shard(i) for i in range(table.shards)]
-        super().__init__(self._local, limits, table)
-        self._resharder = Resharder(
-            storage.data_dir, self._local, table, self._open_shard, lambda i: shard_dir(storage.data_dir, i)
-        )
+        super().__init__([self.open_shard(i, table) for i in range(table.shards)], limits, table)
+        self._resharder = Resharder(storage.data_dir, self, self)
         try:
             self._resharder.recover()
         except StorageError:
             self.close()
             raise
 
-    def _open_shard(self, shard_no: int) -> FactShard:
+    def open_shard(self, shard_no: int, routing: RoutingTable) -> FactShard:
+        """Open (creating) shard ``shard_no`` of the data dir, serving by ``routing``."""
         storage = self._storage
         return FactShard(
             shard_dir(storage.data_dir, shard_no),
@@ -497,11 +567,20 @@ class LocalFactStore(ShardedFactStore):
             self._limits,
             storage.snapshot_every,
             self._window_turns,
+            routing,
+            shard_no,
         )
+
+    def retire_from(self, shard_no: int) -> None:
+        """Delete the directories of shards ``shard_no`` and after (closed already: they own no
+        slot and the store holds them no more)."""
+        while shard_dir(self._storage.data_dir, shard_no).exists():
+            shutil.rmtree(shard_dir(self._storage.data_dir, shard_no))
+            shard_no += 1
 
     def reshard(self, shards: int) -> ReshardReport:
         """Move slots so that ``shards`` shards hold them evenly (see
-        :mod:`memory_core.store.resharding`); no other call may run meanwhile.
+        :mod:`memory_core.store.resharding`), serving calls from other threads meanwhile.
 
         Raises:
             ConfigError: not a shard count this data dir can have, or another reshard was
@@ -509,8 +588,4 @@ class LocalFactStore(ShardedFactStore):
             StorageError: a step was not written; the data dir is consistent and the same call
                 goes on from where it stopped.
         """
-        try:
-            return self._resharder.reshard(shards)
-        finally:
-            self.shards = list(self._local)
-            self.routing = self._resharder.routing
+        return self._resharder.reshard(shards)

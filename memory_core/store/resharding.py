@@ -17,25 +17,29 @@ gave (rolled forward). Nothing acknowledged is lost and nothing is held twice. A
 shrinking the table, then deleting the shards that own no slot any more. The goal stays in the
 journal until it is reached: ``longmem shards resume`` finishes an interrupted reshard.
 
-Writes must not reach the store while it reshards: the CLI opens the data dir alone.
+The store serves meanwhile: a move fences its slots on the source first (their writes are
+refused with SlotMovingError and retried by the store), and a shard asked about a user it does
+not own (its table is newer than the caller's) says so (StaleRoutingError): the caller routes
+again. Slots move ``slots_per_move`` at a time, so a user's writes wait for one small move.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from memory_core.errors import ConfigError, StorageError
 from memory_core.routing import RoutingTable, SlotMove, write_routing
 from memory_core.store.fsutil import fsync_dir, write_atomically
-from memory_core.store.shard import FactShard
+
+if TYPE_CHECKING:
+    from memory_core.store.facts import ShardedFactStore, ShardHandle
 
 _JOURNAL = "reshard.json"
+SLOTS_PER_MOVE = 64  # a move's slots: their writes wait for one move of this size
 
 
 @dataclass(frozen=True)
@@ -80,45 +84,55 @@ def _write(data_dir: Path, goal: int, move: SlotMove | None, version: int) -> No
     write_atomically(data_dir / _JOURNAL, lambda h: h.write(json.dumps(body).encode()))
 
 
+class ShardHost(Protocol):
+    """Where a store's shards live: this process's disk, or actors on the nodes of a cluster."""
+
+    def open_shard(self, shard_no: int, routing: RoutingTable) -> ShardHandle:
+        """Open (creating) shard ``shard_no``, serving by ``routing``."""
+        ...
+
+    def retire_from(self, shard_no: int) -> None:
+        """Close and delete shards ``shard_no`` and after, which own no slot (a shrink): their
+        directories, or their actors and directories. Shards not there are skipped."""
+        ...
+
+
 class Resharder:
-    """Moves the slots of one data dir's shards, all open in this process."""
+    """Moves the slots of one store's shards, while it serves: a move refuses the writes of its
+    slots (the store retries them) from before the copy until the source has let them go."""
 
     def __init__(
-        self,
-        data_dir: Path,
-        shards: list[FactShard],
-        routing: RoutingTable,
-        open_shard: Callable[[int], FactShard],
-        shard_dir: Callable[[int], Path],
+        self, data_dir: Path, store: ShardedFactStore, host: ShardHost, slots_per_move: int = SLOTS_PER_MOVE
     ) -> None:
-        """Work on ``shards`` (the store's own list: changed in place) routed by ``routing``;
-        ``open_shard`` opens (creating) shard ``i``, ``shard_dir`` says where it lives."""
+        """Work on ``store`` (its shard list and table are changed in place) whose routing table
+        and journal are in ``data_dir``; a move takes at most ``slots_per_move`` slots, which
+        bounds how long their writes wait."""
         self.data_dir = data_dir
-        self.shards = shards
-        self.routing = routing
-        self._open_shard = open_shard
-        self._shard_dir = shard_dir
+        self.store = store
+        self._host = host
+        self._slots_per_move = slots_per_move
 
     def recover(self) -> None:
-        """Settle the move a crash cut short, and delete the shards a finished shrink left.
+        """Settle the move a crash cut short, give every shard the current table, and delete the
+        shards a finished shrink left.
 
         Raises:
-            StorageError: a drop was not written (opening again retries it).
+            StorageError: a drop was not written (recovering again retries it).
         """
         journal = _read(self.data_dir)
+        routing = self.store.routing
+        for shard in self.store.shards:  # a shard that restarted on an older table
+            shard.adopt(routing)
         if journal is None:
             return
         move = journal["move"]
         if move is not None:
-            switched = self.routing.version > move["version"]
-            holder = self.shards[move["source"] if switched else move["target"]]
-            holder.drop_slots(move["slots"], len(self.routing.owners))
-            _write(self.data_dir, journal["goal"], None, self.routing.version)
-        shard_no = self.routing.shards
-        while self._shard_dir(shard_no).exists():  # a shrink's switch was written, its deletes not
-            shutil.rmtree(self._shard_dir(shard_no))
-            shard_no += 1
-        if journal["goal"] == self.routing.shards and not self.routing.plan(self.routing.shards):
+            switched = routing.version > move["version"]
+            holder = self.store.shards[move["source"] if switched else move["target"]]
+            holder.drop_slots(move["slots"], len(routing.owners))
+            _write(self.data_dir, journal["goal"], None, routing.version)
+        self._host.retire_from(routing.shards)  # a shrink's switch was written, its deletes not
+        if journal["goal"] == routing.shards and not routing.plan(routing.shards):
             self._finish()
 
     def reshard(self, goal: int) -> ReshardReport:
@@ -128,7 +142,7 @@ class Resharder:
             ConfigError: ``goal`` is not a shard count this data dir can have, or another
                 reshard was interrupted (finish it first).
             StorageError: a step was not written; the data dir is consistent (the move in flight
-                is rolled back) and ``longmem shards resume`` goes on.
+                is rolled back) and resharding to the same goal goes on.
         """
         interrupted = interrupted_goal(self.data_dir)
         if interrupted is not None and interrupted != goal:
@@ -136,41 +150,60 @@ class Resharder:
                 f"a reshard to {interrupted} shards was interrupted: finish it first (longmem shards resume)"
             )
         started = time.monotonic()
-        before = self.routing.shards
-        moves = self.routing.plan(goal)  # checks goal before anything is written
-        _write(self.data_dir, goal, None, self.routing.version)
-        if goal > self.routing.shards:
-            self._switch(self.routing.resized(goal))
-            self.shards.extend(self._open_shard(i) for i in range(len(self.shards), goal))
+        before = self.store.routing.shards
+        moves = self._steps(self.store.routing.plan(goal))  # checks goal before anything is written
+        _write(self.data_dir, goal, None, self.store.routing.version)
+        if goal > self.store.routing.shards:
+            grown = self.store.routing.resized(goal)
+            opened = [self._host.open_shard(i, grown) for i in range(len(self.store.shards), goal)]
+            self._switch(grown, opened)
         done = [self._move(goal, move) for move in moves]
-        if goal < self.routing.shards:
-            self._switch(self.routing.resized(goal))
-            for shard in self.shards[goal:]:
-                shard.destroy()
-            del self.shards[goal:]
-            fsync_dir(self._shard_dir(0).parent)
+        if goal < self.store.routing.shards:
+            self._switch(self.store.routing.resized(goal), [])
+            self._host.retire_from(goal)
         self._finish()
-        return ReshardReport(before, goal, self.routing.version, tuple(done), time.monotonic() - started)
+        return ReshardReport(
+            before, goal, self.store.routing.version, tuple(done), time.monotonic() - started
+        )
+
+    def _steps(self, moves: list[SlotMove]) -> list[SlotMove]:
+        size = self._slots_per_move
+        return [
+            SlotMove(move.source, move.target, move.slots[i : i + size])
+            for move in moves
+            for i in range(0, len(move.slots), size)
+        ]
 
     def _move(self, goal: int, move: SlotMove) -> MoveReport:
-        slot_count = len(self.routing.owners)
-        source, target = self.shards[move.source], self.shards[move.target]
-        _write(self.data_dir, goal, move, self.routing.version)
-        copy = source.export_slots(move.slots, slot_count)
+        slot_count = len(self.store.routing.owners)
+        source, target = self.store.shards[move.source], self.store.shards[move.target]
+        _write(self.data_dir, goal, move, self.store.routing.version)
+        source.fence(move.slots)
         try:
-            target.import_slots(copy)
-        except StorageError:
-            target.drop_slots(move.slots, slot_count)
-            _write(self.data_dir, goal, None, self.routing.version)
-            raise
-        self._switch(self.routing.moved(move))
-        source.drop_slots(move.slots, slot_count)
-        _write(self.data_dir, goal, None, self.routing.version)
+            copy = source.export_slots(move.slots, slot_count)
+            try:
+                target.import_slots(copy)
+            except StorageError:
+                target.drop_slots(move.slots, slot_count)
+                _write(self.data_dir, goal, None, self.store.routing.version)
+                raise
+            self._switch(self.store.routing.moved(move), [])
+            source.drop_slots(move.slots, slot_count)
+        finally:
+            source.unfence()
+        _write(self.data_dir, goal, None, self.store.routing.version)
         return MoveReport(move.source, move.target, len(move.slots), copy.users, copy.facts)
 
-    def _switch(self, table: RoutingTable) -> None:
+    def _switch(self, table: RoutingTable, opened: list[ShardHandle]) -> None:
+        """Make ``table`` the routing (the file first: that is the switch), then tell the shards."""
         write_routing(self.data_dir, table)
-        self.routing = table
+        self.store.shards.extend(opened)
+        for shard in self.store.shards:
+            shard.adopt(table)
+        self.store.routing = table
+        for shard in self.store.shards[table.shards :]:  # a shrink: they own nothing now
+            shard.close()
+        del self.store.shards[table.shards :]
 
     def _finish(self) -> None:
         try:

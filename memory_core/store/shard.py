@@ -14,7 +14,7 @@ import os
 import shutil
 import struct
 import threading
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -24,9 +24,16 @@ import faiss
 import numpy as np
 import pyarrow as pa
 
-from memory_core.errors import CorruptionError, NotFoundError, StorageError, ValidationError
+from memory_core.errors import (
+    CorruptionError,
+    NotFoundError,
+    SlotMovingError,
+    StaleRoutingError,
+    StorageError,
+    ValidationError,
+)
 from memory_core.models import Fact, NewFact, Turn, as_utc
-from memory_core.routing import slot_of
+from memory_core.routing import RoutingTable, slot_of
 from memory_core.settings import LimitSettings, WorkingSettings
 from memory_core.store import snapshot as snap
 from memory_core.store import wal
@@ -89,9 +96,13 @@ class FactShard:
         limits: LimitSettings | None = None,
         snapshot_every: int = 50_000,
         window_turns: int = WorkingSettings().turns,
+        routing: RoutingTable | None = None,
+        shard_no: int = 0,
     ) -> None:
         """Open (or create) the shard in ``directory``, recovering from snapshot + log; each
-        session's working window keeps its last ``window_turns`` turns.
+        session's working window keeps its last ``window_turns`` turns. With ``routing``, it is
+        shard ``shard_no`` of a store and refuses users the table gives another shard
+        (StaleRoutingError); without, it takes any user (a shard opened alone, e.g. by a restore).
 
         Raises:
             CorruptionError: the log is damaged where acknowledged data could be lost, or the
@@ -108,6 +119,9 @@ class FactShard:
         self._records_since_snapshot = 0
         self._snapshot_due = snapshot_every
         self._snapshot_failures = 0
+        self._routing = routing
+        self._shard_no = shard_no
+        self._moving: frozenset[int] = frozenset()  # slots whose writes are refused during a move
         try:
             directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -236,6 +250,7 @@ class FactShard:
             return []
         texts, unit = self.validate(new_facts, vectors)
         with self._lock:
+            self._admit({f.user_id for f in new_facts}, write=True)
             facts: list[Fact] = []
             taken: set[int] = set()
             for item, text in zip(new_facts, texts, strict=True):
@@ -259,9 +274,11 @@ class FactShard:
             (fact, cosine) pairs, best first.
         """
         with self._lock:
+            self._admit([user_id], write=False)
             return self._mem.search(user_id, vector, k, now)
 
     def _check_owned(self, user_id: str, fact_ids: Sequence[int]) -> None:
+        self._admit([user_id], write=False)
         missing = [i for i in fact_ids if self._mem.owner(i) != user_id]
         if missing:
             raise NotFoundError(user_id, missing)
@@ -279,6 +296,7 @@ class FactShard:
     def list_user(self, user_id: str, include_superseded: bool = False) -> list[Fact]:
         """All of ``user_id``'s facts, oldest first."""
         with self._lock:
+            self._admit([user_id], write=False)
             facts = self._mem.user_facts(user_id)
         if not include_superseded:
             facts = [f for f in facts if f.superseded_by is None]
@@ -293,6 +311,7 @@ class FactShard:
         """For each of the user's ``fact_ids`` that replaced older facts, those facts down the
         chain, newest first (each was true from its created_at until the next one's)."""
         with self._lock:
+            self._admit([user_id], write=False)
             return self._mem.replaced(user_id, fact_ids)
 
     def user_ids(self) -> set[str]:
@@ -323,6 +342,7 @@ class FactShard:
             StorageError: the deletion was not logged; nothing is deleted.
         """
         with self._lock:
+            self._admit([user_id], write=True)
             unique = list(dict.fromkeys(int(i) for i in fact_ids))
             self._check_owned(user_id, unique)
             if not unique:
@@ -340,6 +360,7 @@ class FactShard:
             NotFoundError: either id is not one of the user's facts.
         """
         with self._lock:
+            self._admit([user_id], write=True)
             self._check_owned(user_id, [old_id, new_id])
             self._log(wal.Op.SUPERSEDE, struct.pack("<qq", old_id, new_id))
             self._mem.mark_superseded([(old_id, new_id)])
@@ -357,6 +378,8 @@ class FactShard:
             The deleted ids (empty when nothing is due).
         """
         with self._lock:
+            if self._moving:
+                raise SlotMovingError(min(self._moving))
             due = self._mem.pop_due(as_utc(now), limit, tenant)
             if not due:
                 return []
@@ -394,12 +417,43 @@ class FactShard:
                 could not be removed after it; the user is gone and a retry removes the files.
         """
         with self._lock:
+            self._admit([user_id], write=True)
             count = len(self._mem.user_facts(user_id))
             inbox = self._inbox.erase_user(user_id)
             self._write_snapshot(purge=True, without={user_id})
             return UserErasure(facts=count, pending_batches=inbox.batches, window_turns=inbox.window_turns)
 
     # ------------------------------------------------------------------ resharding
+
+    def _admit(self, users: Iterable[str], write: bool) -> None:
+        """Refuse users this shard does not own by its table, and writes of slots on the move
+        (called with the lock held, so a fence set after this waits for the call to finish)."""
+        table = self._routing
+        if table is None:
+            return
+        for user_id in users:
+            slot = table.slot_of(user_id)
+            if table.owners[slot] != self._shard_no:
+                raise StaleRoutingError(table.version)
+            if write and slot in self._moving:
+                raise SlotMovingError(slot)
+
+    def adopt(self, routing: RoutingTable) -> None:
+        """Serve by ``routing`` from now on (a reshard switched); an older table is ignored."""
+        with self._lock:
+            if self._routing is None or routing.version >= self._routing.version:
+                self._routing = routing
+
+    def fence(self, slots: Collection[int]) -> None:
+        """Refuse writes of the users in ``slots`` (SlotMovingError: the store retries them) until
+        :meth:`unfence`; every write already running has finished when this returns."""
+        with self._lock:
+            self._moving = frozenset(slots)
+
+    def unfence(self) -> None:
+        """Take writes of every slot the shard owns again."""
+        with self._lock:
+            self._moving = frozenset()
 
     def _slot_users(self, slots: Collection[int], slot_count: int) -> set[str]:
         wanted = set(slots)
@@ -457,7 +511,9 @@ class FactShard:
         Raises:
             StorageError: not written; nothing was accepted.
         """
-        return self._inbox.accept(user_id, session_id, tuple(turns), at)
+        with self._lock:
+            self._admit([user_id], write=True)
+            return self._inbox.accept(user_id, session_id, tuple(turns), at)
 
     def extend_window(self, user_id: str, session_id: str, turns: Sequence[Turn]) -> None:
         """Add turns to a session's working window, durably, without a write.
@@ -465,11 +521,15 @@ class FactShard:
         Raises:
             StorageError: not written; the window is as before.
         """
-        self._inbox.extend_window(user_id, session_id, tuple(turns))
+        with self._lock:
+            self._admit([user_id], write=True)
+            self._inbox.extend_window(user_id, session_id, tuple(turns))
 
     def window(self, user_id: str, session_id: str) -> list[Turn]:
         """The session's last turns, oldest first."""
-        return self._inbox.window(user_id, session_id)
+        with self._lock:
+            self._admit([user_id], write=False)
+            return self._inbox.window(user_id, session_id)
 
     def turns_done(self, user_id: str, seq: int) -> None:
         """Mark one of ``user_id``'s accepted batches written.
@@ -477,7 +537,9 @@ class FactShard:
         Raises:
             StorageError: not written; the batch stays pending.
         """
-        self._inbox.done(seq)
+        with self._lock:
+            self._admit([user_id], write=True)
+            self._inbox.done(seq)
 
     def pending_turns(self) -> list[PendingTurns]:
         """The batches accepted and not written yet, in the order they were accepted."""
@@ -485,11 +547,15 @@ class FactShard:
 
     def keep_answer(self, answer: StoredAnswer, forget_before: datetime) -> None:
         """Keep the answer to a call with an idempotency key (see :meth:`TurnInbox.keep_answer`)."""
-        self._inbox.keep_answer(answer, forget_before)
+        with self._lock:
+            self._admit([answer.user_id], write=True)
+            self._inbox.keep_answer(answer, forget_before)
 
     def answer(self, user_id: str, key: str, since: datetime) -> StoredAnswer | None:
         """The answer kept for ``user_id``'s call with ``key`` at ``since`` or later, if any."""
-        return self._inbox.answer(user_id, key, since)
+        with self._lock:
+            self._admit([user_id], write=False)
+            return self._inbox.answer(user_id, key, since)
 
     def snapshot(self, purge: bool = False) -> int:
         """Write a snapshot of every live fact and start a new log segment.
