@@ -18,7 +18,7 @@ from deployments.api.runtime import Runtime
 from deployments.binding import check_binding
 from deployments.parts import remote_service
 from deployments.stores import ShardClient
-from deployments.sweeper import SweeperClient, open_sweeper
+from deployments.sweeper import ReshardClient, SweeperClient, open_sweeper
 from deployments.writers import open_writers
 from memory_core.embedding import make_embedder
 from memory_core.errors import LongmemError
@@ -58,6 +58,7 @@ class Ingress:
             auth=Authenticator(settings.serve),
             metrics=Metrics(self._stats),
             sweeps=self._sweeps,
+            reshards=ReshardClient(sweeper),
             health=self._health,
             backups=self._sweeps.backup_status,
         )

@@ -10,7 +10,7 @@ choice: shard ``i`` is always the actor named ``longmem-shard-000i``.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -22,12 +22,12 @@ from ray.exceptions import GetTimeoutError, RayActorError
 
 from memory_core.errors import ConfigError, LongmemError, StorageError
 from memory_core.models import Fact, NewFact, ProfileEntry, Turn
-from memory_core.routing import RoutingTable
+from memory_core.routing import RoutingTable, write_routing
 from memory_core.settings import LimitSettings, Settings
-from memory_core.store.facts import ShardedFactStore, open_manifest, shard_dir
+from memory_core.store.facts import ShardedFactStore, ShardHandle, open_manifest, shard_dir
 from memory_core.store.inbox import PendingTurns, StoredAnswer
 from memory_core.store.profile import DuckDBProfileStore
-from memory_core.store.shard import FactShard, UserErasure
+from memory_core.store.shard import FactShard, SlotCopy, UserErasure
 
 # Calls the clients may repeat after an actor restart: reads change nothing, and an erase
 # repeated is the same erase (it completes one that died half-way).
@@ -51,6 +51,12 @@ _REPEATABLE = frozenset(
         # Marking a batch done, or keeping an answer, twice is doing it once.
         "turns_done",
         "keep_answer",
+        # A reshard's steps: an export reads, the others leave the same state when repeated.
+        "export_slots",
+        "drop_slots",
+        "adopt",
+        "fence",
+        "unfence",
     }
 )
 _SHARD_CALLS = _REPEATABLE | {
@@ -63,6 +69,8 @@ _SHARD_CALLS = _REPEATABLE | {
     "accept_turns",
     "extend_window",
     "backup",
+    "import_slots",
+    "destroy",
 }
 _PROFILE_CALLS = frozenset({"get", "upsert", "delete", "erase_user", "users", "close", "health", "backup"})
 # Calls that copy whole files run on a thread of their own (the actor's "copy" concurrency
@@ -119,7 +127,7 @@ class ShardActor(StoreActor):
     """One fact shard in its own process."""
 
     _allowed = _SHARD_CALLS
-    _own = frozenset({"health", "routing"})
+    _own = frozenset({"health", "routing", "adopt"})
 
     def __init__(
         self,
@@ -134,14 +142,26 @@ class ShardActor(StoreActor):
         placement: list[str],
     ) -> None:
         root = Path(data_dir)
-        _check_no_stray_shards(root, shard_no, shards, placement)
-        self._routing = open_manifest(root, shards, dim, embedder, placement)
-        self._target = FactShard(shard_dir(root, shard_no), dim, limits, snapshot_every, window_turns)
+        routing = open_manifest(root, shards, dim, embedder, placement)
+        _check_no_stray_shards(root, shard_no, routing.shards, placement)
+        self._root = root
+        self._target = FactShard(
+            shard_dir(root, shard_no), dim, limits, snapshot_every, window_turns, routing, shard_no
+        )
         self._shard_no = shard_no
 
-    def routing(self) -> RoutingTable:
-        """The routing table of the data dir this shard opened in (shard 0's is the app's)."""
-        return self._routing
+    def routing(self) -> RoutingTable | None:
+        """The routing table the shard serves by (shard 0's is the app's)."""
+        return self._target.routing
+
+    def adopt(self, routing: RoutingTable) -> None:
+        """Serve by ``routing`` from now on, and open by it after a restart: the table is written
+        into this node's data root too (shard 0's root holds the switch itself, and a node's
+        other shards write the same table)."""
+        current = self._target.routing
+        if current is None or routing.version > current.version:
+            write_routing(self._root, routing)
+        self._target.adopt(routing)
 
     def health(self) -> dict[str, Any]:
         """The shard's health (files, log writable, counts) and the Ray node it runs on."""
@@ -306,8 +326,30 @@ class ShardClient(ActorClient):
         return self._call("stats")  # type: ignore[no-any-return]
 
     def routing(self) -> RoutingTable:
-        """The routing table of the data dir the shard opened in."""
+        """The routing table the shard serves by."""
         return self._call("routing")  # type: ignore[no-any-return]
+
+    def export_slots(self, slots: Collection[int], slot_count: int) -> SlotCopy:
+        return self._call("export_slots", list(slots), slot_count, timeout_s=self._long_timeout_s)  # type: ignore[no-any-return]
+
+    def import_slots(self, copy: SlotCopy) -> None:
+        self._call("import_slots", copy, timeout_s=self._long_timeout_s)
+
+    def drop_slots(self, slots: Collection[int], slot_count: int) -> int:
+        return self._call("drop_slots", list(slots), slot_count, timeout_s=self._long_timeout_s)  # type: ignore[no-any-return]
+
+    def adopt(self, routing: RoutingTable) -> None:
+        self._call("adopt", routing)
+
+    def fence(self, slots: Collection[int]) -> None:
+        self._call("fence", list(slots))
+
+    def unfence(self) -> None:
+        self._call("unfence")
+
+    def destroy(self) -> None:
+        """Close the shard and delete its directory (a shrink retires it)."""
+        self._call("destroy", timeout_s=self._long_timeout_s)
 
     def health(self, timeout_s: float | None = None) -> dict[str, Any]:
         """The actor's invariants (see :meth:`ShardActor.health`); ``timeout_s`` overrides the
@@ -384,21 +426,40 @@ def _timeouts(settings: Settings) -> tuple[float, float]:
 
 
 def open_fact_store(settings: Settings, dim: int, embedder: str) -> ShardedFactStore:
-    """Every shard actor of the data dir (see :func:`open_shards`), routed by the data dir's table."""
-    shards = open_shards(settings, dim, embedder)
-    return ShardedFactStore(shards, settings.limits, shards[0].routing())
+    """Every shard actor of the data dir, routed by its table, which the store fetches again
+    from shard 0 when a shard says a reshard moved a user."""
+
+    def current() -> tuple[list[ShardHandle], RoutingTable]:
+        shards = open_shards(settings, dim, embedder)
+        return list(shards), shards[0].routing()
+
+    shards, routing = current()
+    return ShardedFactStore(shards, settings.limits, routing, current, settings.serve.call_timeout_s)
 
 
 def open_shards(settings: Settings, dim: int, embedder: str) -> list[ShardClient]:
-    """Get (creating on first use) every shard actor of the data dir, in routing order."""
-    remote = _owner(ShardActor)
-    clients = []
-    for shard_no in range(settings.storage.shards):
-        name = shard_actor_name(shard_no)
-        actor = remote.options(**actor_options(settings, name, shard_no)).remote(
+    """Get (creating on first use) every shard actor of the data dir, in routing order: as many
+    as its routing table says (``storage.shards`` for a new data dir)."""
+    first = open_shard(settings, dim, embedder, 0, settings.storage.shards)
+    count = first.routing().shards
+    return [first] + [open_shard(settings, dim, embedder, n, count) for n in range(1, count)]
+
+
+def open_shard(settings: Settings, dim: int, embedder: str, shard_no: int, shards: int) -> ShardClient:
+    """Get (creating on first use) the actor of shard ``shard_no`` of ``shards``, on the nodes
+    ``serve.shard_resources`` gives it.
+
+    Raises:
+        ConfigError: the named actor serves another data dir.
+    """
+    name = shard_actor_name(shard_no)
+    actor = (
+        _owner(ShardActor)
+        .options(**actor_options(settings, name, shard_no))
+        .remote(
             str(shard_data_dir(settings, shard_no)),
             shard_no,
-            settings.storage.shards,
+            shards,
             dim,
             embedder,
             settings.limits,
@@ -406,17 +467,42 @@ def open_shards(settings: Settings, dim: int, embedder: str) -> list[ShardClient
             settings.working.turns,
             settings.serve.shard_resources,
         )
-        clients.append(ShardClient(actor, f"shard {shard_no}", *_timeouts(settings)))
-    for shard_no, shard in enumerate(clients):
-        # A named actor left over from an app on another data dir would serve the wrong files.
-        expected = str(shard_dir(shard_data_dir(settings, shard_no), shard_no))
-        found = shard.health(settings.serve.load_timeout_s)["directory"]
-        if found != expected:
-            raise ConfigError(
-                f"actor {shard_actor_name(shard_no)} in namespace {settings.serve.namespace!r} owns {found}, "
-                f"not {expected}: stop the other app, or use another serve.namespace"
-            )
-    return clients
+    )
+    shard = ShardClient(actor, f"shard {shard_no}", *_timeouts(settings))
+    # A named actor left over from an app on another data dir would serve the wrong files.
+    expected = str(shard_dir(shard_data_dir(settings, shard_no), shard_no))
+    found = shard.health(settings.serve.load_timeout_s)["directory"]
+    if found != expected:
+        raise ConfigError(
+            f"actor {name} in namespace {settings.serve.namespace!r} owns {found}, "
+            f"not {expected}: stop the other app, or use another serve.namespace"
+        )
+    return shard
+
+
+class ActorShards:
+    """Shard actors as a reshard opens and retires them (:class:`ShardHost`)."""
+
+    def __init__(self, settings: Settings, dim: int, embedder: str) -> None:
+        self._settings = settings
+        self._dim = dim
+        self._embedder = embedder
+
+    def open_shard(self, shard_no: int, routing: RoutingTable) -> ShardHandle:
+        """Start shard ``shard_no``'s actor on its nodes (a new, empty shard)."""
+        return open_shard(self._settings, self._dim, self._embedder, shard_no, routing.shards)
+
+    def retire_from(self, shard_no: int) -> None:
+        """Delete the files of shards ``shard_no`` and after, then end their actors for good."""
+        namespace = self._settings.serve.namespace
+        while True:
+            try:
+                actor = ray.get_actor(shard_actor_name(shard_no), namespace=namespace)
+            except ValueError:
+                return
+            ShardClient(actor, f"shard {shard_no}", *_timeouts(self._settings)).destroy()
+            ray.kill(actor, no_restart=True)
+            shard_no += 1
 
 
 def open_profile(settings: Settings) -> ProfileClient:

@@ -1,6 +1,7 @@
 """The sweeper actor: the one place a data dir's expiry sweeps run, so there is one at a time
 cluster-wide, whoever triggers it (its own schedule, the admin API, or ``jobs.expiry_sweep``);
-and the one place the app's scheduled backups run (``storage.backup_every``)."""
+the one place the app's scheduled backups run (``storage.backup_every``); and the one place a
+reshard runs (it lives on shard 0's node, beside the routing table and the reshard journal)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,19 @@ from typing import Any
 import ray
 from ray.actor import ActorHandle
 
-from deployments.stores import actor_options, data_placement, open_fact_store, open_profile, shard_data_dir
+from deployments.stores import (
+    ActorShards,
+    actor_options,
+    data_placement,
+    open_fact_store,
+    open_profile,
+    shard_data_dir,
+)
 from memory_core.backups import BackupSchedule, take_backup
 from memory_core.errors import ConfigError, LongmemError, StorageError
 from memory_core.settings import Settings
 from memory_core.store.facts import read_manifest
+from memory_core.store.resharding import Resharder, ReshardRunner
 from memory_core.sweep import SweepLog, SweepRecord, SweepRunner, SweepScheduler, SweepTrigger
 
 SWEEPER_ACTOR_NAME = "longmem-sweeper"
@@ -38,6 +47,10 @@ class SweeperActor:
 
     def __init__(self, settings: Settings, dim: int, embedder: str) -> None:
         facts = open_fact_store(settings, dim, embedder)
+        # A reshard this actor died in is settled before anything else runs on the shards.
+        resharder = Resharder(shard_data_dir(settings, 0), facts, ActorShards(settings, dim, embedder))
+        resharder.recover()
+        self._reshards = ReshardRunner(resharder)
         log = SweepLog.for_data_dir(shard_data_dir(settings, 0), settings.sweep.log_keep)
         # Shard clients turn a dead or slow actor into StorageError, which the runner retries.
         self._runner = SweepRunner(facts.shards, settings.sweep, log)
@@ -65,6 +78,17 @@ class SweeperActor:
     def backup_status(self) -> dict[str, Any] | None:
         """How the scheduled backups went (:meth:`BackupSchedule.status`); None without a schedule."""
         return self._backups.status() if self._backups is not None else None
+
+    def reshard(self, add: int, remove: int) -> tuple[bool, Any]:
+        """Start a reshard (:meth:`ReshardRunner.start`); (True, status) or (False, the error)."""
+        try:
+            return True, self._reshards.start(add, remove)
+        except LongmemError as exc:
+            return False, exc
+
+    def reshard_status(self) -> dict[str, Any]:
+        """How the last reshard went (:meth:`ReshardRunner.status`)."""
+        return self._reshards.status()
 
     def run(self, now: datetime, dry_run: bool, trigger: str, tenant: str | None) -> tuple[bool, Any]:
         """One sweep (of ``tenant``'s users, or of everyone); (True, record) or (False, the
@@ -159,3 +183,21 @@ class SweeperClient:
     def backup_status(self) -> dict[str, Any] | None:
         """How the app's scheduled backups went; None when it has no schedule."""
         return ray.get(self._actor.backup_status.remote())  # type: ignore[no-any-return]
+
+
+class ReshardClient:
+    """The sweeper actor as the API's reshard control."""
+
+    def __init__(self, actor: ActorHandle) -> None:
+        self._actor = actor
+
+    def start(self, add: int = 0, remove: int = 0) -> dict[str, Any]:
+        """Begin a reshard (see :meth:`ReshardRunner.start`)."""
+        ok, value = ray.get(self._actor.reshard.remote(add, remove))
+        if not ok:
+            raise value
+        return value  # type: ignore[no-any-return]
+
+    def status(self) -> dict[str, Any]:
+        """How the last reshard went."""
+        return ray.get(self._actor.reshard_status.remote())  # type: ignore[no-any-return]

@@ -1,5 +1,6 @@
-"""Writer actors: each shard's users are written by that shard's writer, whichever ingress
-replica took the call.
+"""Writer actors: each user's writes go to one writer (by the user-id hash over
+``storage.shards`` writers, whichever shard holds the user now), whichever ingress replica took
+the call.
 
 A writer holds the shard's write lanes (``memory_core.write.lanes``): one write of a user at a
 time, in arrival order, users of the shard in parallel up to ``write.concurrency``. So the
@@ -59,6 +60,13 @@ _WRITER_CALLS = frozenset(
 _JOB_ID = re.compile(r"w(\d{1,6})-[0-9a-f]+")
 
 
+def writer_of(user_id: str, writers: int) -> int:
+    """The writer of ``user_id``'s writes: fixed by the user-id hash over the app's writers
+    (``storage.shards`` of them), whichever shard holds the user after reshards, so a user's
+    writes stay in one lane while their slot moves."""
+    return shard_of(user_id, writers)
+
+
 def writer_actor_name(shard_no: int) -> str:
     """The Ray name of shard ``shard_no``'s writer."""
     return f"longmem-writer-{shard_no:04d}"
@@ -82,9 +90,11 @@ class WriterActor(OwnerActor):
         self._target = UserWrites(
             service, self._lanes, JobQueue(prefix=f"w{shard_no}-"), label=f"writer{shard_no}"
         )
-        # Turns of this shard accepted (answered 202) and not written when the last writer stopped.
-        shard = service.facts.shards[shard_no]  # type: ignore[attr-defined]
-        resumed = self._target.resume(shard.pending_turns())
+        # Turns of this writer's users accepted (answered 202) and not written when the last
+        # writer stopped, in whichever shard holds them now (a reshard moves them with their user).
+        writers = settings.storage.shards
+        mine = [b for b in service.facts.pending_turns() if writer_of(b.user_id, writers) == shard_no]
+        resumed = self._target.resume(mine)
         if resumed:
             log.info("writer %d resumed the write of %d accepted turn batches", shard_no, resumed)
 
@@ -121,7 +131,7 @@ class RemoteWrites:
         self._writers = list(writers)
 
     def _of(self, user_id: str) -> WriterClient:
-        return self._writers[shard_of(user_id, len(self._writers))]
+        return self._writers[writer_of(user_id, len(self._writers))]
 
     def ingest(
         self, user_id: str, session_id: str, turns: Sequence[Turn], at: datetime | None = None

@@ -13,6 +13,7 @@ import json
 import re
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -24,7 +25,7 @@ from longmem.mcp_cli import add_mcp
 from longmem.serve_cli import add_commands
 from memory_core.backups import restore_backup
 from memory_core.clock import ManualClock, SystemClock
-from memory_core.errors import ConfigError, LongmemError
+from memory_core.errors import ConfigError, LongmemError, StorageError
 from memory_core.evaluation.local import LocalTarget
 from memory_core.evaluation.scenarios import load_scenarios, run_scenarios
 from memory_core.llm.factory import make_engine
@@ -37,6 +38,9 @@ from memory_core.tenancy import LOCAL_TENANT, check_tenant, scoped_user_id
 
 _DURATION = re.compile(r"(\d+)\s*([mhdw])")
 _UNITS = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+_POLL_S = 1.0  # between looks at a server's reshard
 
 
 def parse_duration(text: str) -> timedelta:
@@ -149,8 +153,13 @@ def cmd_shards(settings: Settings, args: argparse.Namespace) -> None:
 
 
 def cmd_reshard(settings: Settings, args: argparse.Namespace) -> None:
-    """Add or remove shards of the data dir here (no server may have it open), or finish an
-    interrupted reshard; prints what moved."""
+    """Add or remove shards of a running server (``--url``: it serves meanwhile) or of the data
+    dir here (no server may have it open), or finish an interrupted reshard; prints what moved."""
+    add = args.count if args.shards_command == "add" else 0
+    remove = args.count if args.shards_command == "remove" else 0
+    if args.url:
+        _print(_reshard_server(args.url, args.api_key, add, remove))
+        return
     data_dir = settings.storage.data_dir
     found = read_manifest(data_dir)
     if found is None:
@@ -167,11 +176,29 @@ def cmd_reshard(settings: Settings, args: argparse.Namespace) -> None:
             if goal is None:
                 raise ConfigError(f"no reshard of {data_dir} was interrupted")
         else:
-            goal = current + args.count if args.shards_command == "add" else current - args.count
+            goal = current + add - remove
         report = store.reshard(goal)
     finally:
         store.close()
     _print(report.as_json())
+
+
+def _reshard_server(url: str, api_key: str | None, add: int, remove: int) -> dict[str, Any]:
+    """Start a server's reshard and follow it to its end; its last status (the report when done).
+
+    Raises:
+        StorageError: the reshard failed (the server's store is consistent; resume it).
+    """
+    from longmem.client import Client  # only this form talks HTTP
+
+    with Client(url, api_key=api_key) as client:
+        status = client.reshard(add, remove)
+        while status["state"] == "running":
+            time.sleep(_POLL_S)
+            status = client.shards()["reshard"]
+    if status["state"] != "done":
+        raise StorageError(f"the reshard to {status['goal']} shards failed: {status.get('error')}")
+    return status
 
 
 def _positive(text: str) -> int:
@@ -346,14 +373,18 @@ def _build_parser() -> argparse.ArgumentParser:
     cmd.add_argument("--api-key", help="the server's operator key")
     cmd.set_defaults(func=cmd_shards, standalone=True)
     for name, help_ in (
-        ("add", "add N shards to the data dir here and move slots onto them (server stopped)"),
-        ("remove", "move the slots of the last N shards onto the others and delete them (server stopped)"),
+        ("add", "add N shards and move slots onto them (the data dir here, or a server with --url)"),
+        ("remove", "move the slots of the last N shards onto the others and delete them"),
     ):
         cmd = shards.add_parser(name, help=help_, description=help_)
         cmd.add_argument("count", type=_positive, metavar="N", help="how many shards")
-        cmd.set_defaults(func=cmd_reshard, standalone=True)
     cmd = shards.add_parser("resume", help="finish a reshard that was interrupted")
-    cmd.set_defaults(func=cmd_reshard, standalone=True)
+    cmd.set_defaults(count=0)
+    for name in ("add", "remove", "resume"):
+        cmd = shards.choices[name]
+        cmd.add_argument("--url", help="reshard this running server (it serves meanwhile) instead")
+        cmd.add_argument("--api-key", help="the server's operator key")
+        cmd.set_defaults(func=cmd_reshard, standalone=True)
 
     cmd = sub.add_parser("restore", help="rebuild a new or empty --data-dir from a backup")
     cmd.add_argument(

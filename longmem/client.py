@@ -397,6 +397,12 @@ class _Api:
         return Request("GET", "/v1/admin/shards", lambda r: dict(r.json()))
 
     @_Endpoint
+    def reshard(self, add: int = 0, remove: int = 0) -> Request[dict[str, Any]]:
+        """Start adding or removing shards (neither: resume an interrupted reshard; operator
+        keys); its status as it starts. :meth:`shards` says how it goes (``reshard``)."""
+        return Request("POST", "/v1/admin/shards", lambda r: dict(r.json()), {"add": add, "remove": remove})
+
+    @_Endpoint
     def sweeps(self, limit: int = 50) -> Request[list[SweepRecord]]:
         """The newest sweep records the key may read."""
         parse = lambda r: [SweepRecord.model_validate(s) for s in r.json()["sweeps"]]  # noqa: E731

@@ -18,6 +18,7 @@ The tree::
     ├── SweepError               the expiry sweep did not do all it was asked to
     │   ├── SweepBusyError       a sweep is already running; this one was refused
     │   └── SweepIncompleteError some shards failed after retries; the others were swept
+    ├── ReshardBusyError         a reshard is running already; this one was refused
     ├── RemoteError              a longmem server answered a client call with an error status
     ├── StaleRoutingError        the shard asked does not own the user (the caller's routing is old)
     └── StorageError             the disk refused; the operation was not acknowledged
@@ -203,3 +204,11 @@ class StaleRoutingError(LongmemError):
     def __init__(self, version: int) -> None:
         self.version = version
         super().__init__(f"this shard does not own the user (routing version {version}): route again")
+
+
+class ReshardBusyError(LongmemError):
+    """A reshard was asked for while another one runs; it was refused."""
+
+    def __init__(self, goal: int) -> None:
+        self.goal = goal
+        super().__init__(f"a reshard to {goal} shards is running; wait for it to end")

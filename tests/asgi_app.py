@@ -15,6 +15,7 @@ from deployments.api.idempotency import Replays
 from deployments.api.metrics import Metrics
 from deployments.api.runtime import Runtime
 from memory_core.service import MemoryService
+from memory_core.store.resharding import ReshardRunner
 from memory_core.sweep import SweepRecord
 from memory_core.write.lanes import WriteLanes
 from memory_core.write.writes import UserWrites
@@ -51,6 +52,7 @@ def local_api(service: MemoryService, health: Callable[[], dict[str, Any]] | Non
         auth=Authenticator(service.settings.serve),
         metrics=Metrics(writes.stats),
         sweeps=LocalSweeps(service),
+        reshards=ReshardRunner(service.facts.resharder),  # type: ignore[attr-defined]
         health=health or (lambda: {"ok": True}),
     )
     app = create_api(runtime)

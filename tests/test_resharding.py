@@ -130,15 +130,16 @@ def test_resharding_2_4_8_3_keeps_every_users_facts_history_vectors_turns_and_an
     reopened.close()
 
 
-def test_a_served_app_is_told_to_set_the_resharded_count(tmp_path: Path) -> None:
+def test_the_routing_table_says_how_many_shards_a_resharded_data_dir_has(tmp_path: Path) -> None:
     from memory_core.store.facts import open_manifest
 
     store = _open(tmp_path)
     store.reshard(3)
     store.close()
-    with pytest.raises(ConfigError, match="storage.shards=2: set it to 3"):
-        open_manifest(tmp_path, 2, DIM, "test-embedder", placement=[])
-    assert open_manifest(tmp_path, 3, DIM, "test-embedder", placement=[]).shards == 3
+    for placement in (None, []):  # in this process, and as a served app's shard actors see it
+        assert open_manifest(tmp_path, 2, DIM, "test-embedder", placement).shards == 3
+    with pytest.raises(ConfigError, match="embedder"):
+        open_manifest(tmp_path, 3, DIM, "other-embedder")
 
 
 def test_an_interrupted_reshard_must_be_finished_before_another(tmp_path: Path) -> None:
@@ -378,4 +379,22 @@ def test_resharding_while_clients_write_and_recall_loses_nothing_and_crosses_no_
         assert len(store.window(user, "live")) == min(len(ids), WorkingSettings().turns)
     for no, shard in enumerate(store.shards):
         assert all(store.routing.shard_of(u) == no for u in shard.user_ids())
+    store.close()
+
+
+def test_a_pending_batch_keeps_its_number_through_moves_so_its_writer_can_end_it(
+    tmp_path: Path,
+) -> None:
+    store = _open(tmp_path)
+    _fill(store)
+    numbers = {b.user_id: b.seq for b in store.pending_turns()}
+    store.reshard(4)
+    store.reshard(8)
+    assert {b.user_id: b.seq for b in store.pending_turns()} == numbers  # moved onto new shards
+    store.reshard(3)  # merged: a number taken on the target is renumbered
+    renumbered = {b.user_id for b in store.pending_turns() if b.seq != numbers[b.user_id]}
+    for user, seq in numbers.items():  # each writer marks its batch done by its old number
+        store.turns_done(user, seq)
+    assert {b.user_id for b in store.pending_turns()} == renumbered  # no other user's batch ended
+    assert len(renumbered) < len(numbers)
     store.close()

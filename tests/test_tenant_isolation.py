@@ -47,6 +47,7 @@ from memory_core.models import Fact, NewFact
 from memory_core.service import MemoryService, open_local_service
 from memory_core.settings import ApiKey, LimitSettings, ServeSettings, Settings, StorageSettings
 from memory_core.store.facts import LocalFactStore
+from memory_core.store.resharding import ReshardRunner
 from memory_core.write.lanes import WriteLanes
 from memory_core.write.writes import UserWrites
 from tests.asgi_app import LocalSweeps, local_api
@@ -147,6 +148,7 @@ class TenantIsolation(RuleBasedStateMachine):
             auth=Authenticator(config.serve),
             metrics=Metrics(lambda: {}),
             sweeps=LocalSweeps(self.service),
+            reshards=ReshardRunner(self.service.facts.resharder),  # type: ignore[attr-defined]
             health=lambda: {"ok": True},
         )
         self.client = TestClient(create_api(runtime))

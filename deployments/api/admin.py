@@ -1,5 +1,5 @@
 """Admin routes: run the expiry sweep of the caller's tenant (every tenant's for operators),
-read the sweep log, back up the stores and show the shard layout (operators)."""
+read the sweep log, back up the stores, show the shard layout and reshard (operators)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from fastapi import APIRouter, HTTPException, Query
 
 from deployments.api.app import ERROR_RESPONSES, principal_dependency
 from deployments.api.auth import AuthError, Principal
-from deployments.api.dto import SweepIn
+from deployments.api.dto import ReshardIn, SweepIn
 from deployments.api.runtime import Runtime
 from memory_core.errors import FutureCutoffError
 from memory_core.models import as_utc
@@ -63,12 +63,24 @@ def admin_router(rt: Runtime) -> APIRouter:
         uri = _backup_uri(principal, "read the backup schedule")
         return {"backup_uri": redact_uri(uri), "schedule": rt.backups()}
 
+    def _operator(principal: Principal, action: str) -> None:
+        if not principal.operator:
+            raise AuthError(f"only an operator key may {action}", status=403)
+
     @router.get("/shards")
     def shards(principal: Principal = caller) -> dict[str, object]:
-        """How users are routed, and each shard's node, directory and counts (operator keys)."""
-        if not principal.operator:
-            raise AuthError("only an operator key may read the shard layout", status=403)
-        return rt.service.shards()
+        """How users are routed, each shard's node, directory, slots and counts, and how the last
+        reshard went (operator keys)."""
+        _operator(principal, "read the shard layout")
+        return {**rt.service.shards(), "reshard": rt.reshards.status()}
+
+    @router.post("/shards", status_code=202)
+    def reshard(body: ReshardIn, principal: Principal = caller) -> dict[str, object]:
+        """Start adding or removing shards while the service serves (operator keys): slots move a
+        few at a time, each one's writes held for its move; 202 with the reshard's status (follow
+        it with GET), 409 while one runs, 422 for a count the store cannot have."""
+        _operator(principal, "reshard the store")
+        return rt.reshards.start(body.add, body.remove)
 
     @router.get("/sweeps")
     def sweeps(limit: int = Query(50, ge=1, le=1000), principal: Principal = caller) -> dict[str, object]:

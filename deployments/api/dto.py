@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import date, datetime, timedelta
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from memory_core.models import Fact, ProfileEntry, RecallHit, Role, Tag
 from memory_core.service import EraseReceipt
@@ -329,6 +329,20 @@ class DeletedOut(BaseModel):
     """Ids deleted."""
 
     deleted: list[str]
+
+
+class ReshardIn(BaseModel):
+    """A reshard request (operators): add shards, remove shards, or neither to resume one that
+    was interrupted."""
+
+    add: int = Field(default=0, ge=0, le=1024, description="Shards to add.")
+    remove: int = Field(default=0, ge=0, le=1024, description="Shards to remove (the last ones).")
+
+    @model_validator(mode="after")
+    def _one_change(self) -> ReshardIn:
+        if self.add and self.remove:
+            raise ValueError("add or remove shards, not both")
+        return self
 
 
 class SweepIn(BaseModel):

@@ -30,6 +30,21 @@ class SweepControl(Protocol):
         ...
 
 
+class ReshardControl(Protocol):
+    """Starts reshards and says how they go (the sweeper actor under Serve, a local runner
+    in-process)."""
+
+    def start(self, add: int = 0, remove: int = 0) -> dict[str, Any]:
+        """Begin adding ``add`` or removing ``remove`` shards (neither: resume an interrupted
+        reshard); ValidationError for a count the store cannot have, ReshardBusyError while one
+        runs."""
+        ...
+
+    def status(self) -> dict[str, Any]:
+        """State, goal, report or error of the last reshard."""
+        ...
+
+
 def no_backup_schedule() -> dict[str, Any] | None:
     """The backup status of an app without a backup schedule."""
     return None
@@ -46,6 +61,7 @@ class Runtime:
     auth: Authenticator
     metrics: Metrics
     sweeps: SweepControl
+    reshards: ReshardControl
     health: Callable[[], dict[str, Any]]
     backups: Callable[[], dict[str, Any] | None] = no_backup_schedule  # how the scheduled backups went
 

@@ -150,9 +150,8 @@ def open_manifest(
     """Create the data dir's manifest, or check that it matches these settings; the data dir's
     routing table.
 
-    ``shards`` is the shard count of a new data dir. Once it has been resharded, its routing
-    table says how many shards it has: a store opened in this process (``placement`` None) opens
-    that many; a served app (which starts one actor per ``storage.shards``) must be set to it.
+    ``shards`` is the shard count of a new data dir (checked against one never resharded).
+    Once it has been resharded, its routing table says how many shards it has.
 
     ``placement`` (served apps: ``serve.shard_resources``) is recorded when it spreads shards
     over several nodes, and checked once recorded: another order would open shards on nodes
@@ -177,12 +176,8 @@ def open_manifest(
     table = read_routing(data_dir, int(found["shards"]))
     for key, value in wanted.items():
         if key == "shards" and table.version > 0:
-            if placement is not None and table.shards != shards:
-                raise ConfigError(
-                    f"data dir {data_dir} was resharded to {table.shards} shards (routing version "
-                    f"{table.version}), settings say storage.shards={shards}: set it to {table.shards}"
-                )
-        elif found.get(key) != value:
+            continue  # resharded: its table says how many shards it has
+        if found.get(key) != value:
             raise ConfigError(
                 f"data dir {data_dir} was created with {key}={found.get(key)!r}, "
                 f"settings say {value!r}; use a new data dir or the old settings"
@@ -373,10 +368,18 @@ class ShardedFactStore:
                         f"the user's shard did not settle in {self._settle_s:g} s: {exc}"
                     ) from exc
                 known = self.routing.version
-                if isinstance(exc, StaleRoutingError) and self._refresh is not None:
-                    self.shards, self.routing = self._refresh()
+                if isinstance(exc, StaleRoutingError):
+                    self.refresh()
                 if self.routing.version == known:
                     time.sleep(_SETTLE_PAUSE_S)
+
+    def refresh(self) -> None:
+        """Fetch the current shards and routing table (a store without ``refresh`` keeps its own,
+        which a reshard in this process keeps current). The shard list changes in place: the
+        sweep runner holds it too."""
+        if self._refresh is not None:
+            shards, self.routing = self._refresh()
+            self.shards[:] = shards
 
     def _on(self, user_id: str, call: Callable[[ShardHandle], T]) -> T:
         """``call`` on the user's shard (see :meth:`_settled`)."""
@@ -505,7 +508,9 @@ class ShardedFactStore:
         return [shard.backup(join_uri(uri, shard_part(no))) for no, shard in enumerate(self.shards)]
 
     def health(self) -> list[dict[str, Any]]:
-        """Each shard's :meth:`ShardHandle.health`, in routing order, with its number."""
+        """Each shard's :meth:`ShardHandle.health`, in routing order, with its number and slots
+        (as the shards are now: a reshard elsewhere may have changed them)."""
+        self.refresh()
         return [
             {**shard.health(), "shard": no, "slots": len(self.routing.slots_of(no))}
             for no, shard in enumerate(self.shards)
@@ -551,9 +556,9 @@ class LocalFactStore(ShardedFactStore):
         self._limits = limits
         self._window_turns = window_turns
         super().__init__([self.open_shard(i, table) for i in range(table.shards)], limits, table)
-        self._resharder = Resharder(storage.data_dir, self, self)
+        self.resharder = Resharder(storage.data_dir, self, self)
         try:
-            self._resharder.recover()
+            self.resharder.recover()
         except StorageError:
             self.close()
             raise
@@ -588,4 +593,4 @@ class LocalFactStore(ShardedFactStore):
             StorageError: a step was not written; the data dir is consistent and the same call
                 goes on from where it stopped.
         """
-        return self._resharder.reshard(shards)
+        return self.resharder.reshard(shards)

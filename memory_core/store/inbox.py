@@ -187,16 +187,16 @@ class TurnInbox:
             StorageError: not written; nothing was accepted.
         """
         with self._lock:
-            return self._accept(user_id, session_id, turns, at)
+            batch = PendingTurns(self._next_seq, user_id, session_id, turns, as_utc(at))
+            self._next_seq += 1
+            self._accept(batch)
+            return batch.seq
 
-    def _accept(self, user_id: str, session_id: str, turns: tuple[Turn, ...], at: datetime) -> int:
-        batch = PendingTurns(self._next_seq, user_id, session_id, turns, as_utc(at))
+    def _accept(self, batch: PendingTurns) -> None:
         self._writer.append(wal.Op.TURNS_ACCEPTED, _encode(batch))
-        self._next_seq += 1
         self._records += 1
         self._pending[batch.seq] = batch
-        self._join_window(user_id, session_id, turns)
-        return batch.seq
+        self._join_window(batch.user_id, batch.session_id, batch.turns)
 
     def extend_window(self, user_id: str, session_id: str, turns: tuple[Turn, ...]) -> None:
         """Add turns to the end of a session's working window, durably, without a write.
@@ -223,14 +223,15 @@ class TurnInbox:
         while len(self._windows) > _MAX_SESSIONS:
             self._windows.popitem(last=False)
 
-    def done(self, seq: int) -> None:
-        """Mark a batch written (durably); unknown or already-done numbers are ignored.
+    def done(self, user_id: str, seq: int) -> None:
+        """Mark one of ``user_id``'s batches written (durably); unknown or already-done numbers, and
+        another user's, are ignored.
 
         Raises:
             StorageError: not written; the batch stays pending (a restart writes it again).
         """
         with self._lock:
-            if seq not in self._pending:
+            if seq not in self._pending or self._pending[seq].user_id != user_id:
                 return
             self._writer.append(wal.Op.TURNS_DONE, _SEQ.pack(seq))
             self._records += 1
@@ -326,7 +327,11 @@ class TurnInbox:
                     self._records += 1
                     self._join_window(user_id, session_id, turns)
             for batch in copy.pending:
-                self._accept(batch.user_id, batch.session_id, batch.turns, batch.at)
+                # The number stays when it is free here: the writer holding the batch marks it
+                # done by that number after the move.
+                seq = batch.seq if batch.seq not in self._pending else self._next_seq
+                self._next_seq = max(self._next_seq, seq + 1)
+                self._accept(PendingTurns(seq, batch.user_id, batch.session_id, batch.turns, batch.at))
             for answer in copy.answers:
                 self._writer.append(wal.Op.ANSWER, _encode_answer(answer))
                 self._records += 1

@@ -26,12 +26,14 @@ again. Slots move ``slots_per_move`` at a time, so a user's writes wait for one 
 from __future__ import annotations
 
 import json
+import threading
 import time
 from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from memory_core.errors import ConfigError, StorageError
+from memory_core.errors import ConfigError, LongmemError, ReshardBusyError, StorageError, ValidationError
 from memory_core.routing import RoutingTable, SlotMove, write_routing
 from memory_core.store.fsutil import fsync_dir, write_atomically
 
@@ -211,3 +213,69 @@ class Resharder:
             fsync_dir(self.data_dir)
         except OSError as exc:
             raise StorageError(f"cannot finish the reshard of {self.data_dir}: {exc}") from exc
+
+
+class ReshardRunner:
+    """Runs one reshard at a time on a thread of its own while the store serves, and says how it
+    goes (the admin API's ``/v1/admin/shards``)."""
+
+    def __init__(self, resharder: Resharder) -> None:
+        self._resharder = resharder
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._status: dict[str, Any] = {"state": "idle"}
+
+    def start(self, add: int = 0, remove: int = 0) -> dict[str, Any]:
+        """Begin adding ``add`` or removing ``remove`` shards (neither: finish an interrupted
+        reshard); the status as it starts.
+
+        Raises:
+            ValidationError: not a shard count the store can have, or nothing to do.
+            ReshardBusyError: a reshard is running.
+        """
+        routing = self._resharder.store.routing
+        interrupted = interrupted_goal(self._resharder.data_dir)
+        goal = routing.shards + add - remove if add or remove else interrupted
+        if goal is None:
+            raise ValidationError("say how many shards to add or remove (no reshard was interrupted)")
+        if not 1 <= goal <= len(routing.owners):
+            raise ValidationError(f"{goal} shards: this store has 1 to {len(routing.owners)}")
+        if interrupted is not None and interrupted != goal:
+            raise ValidationError(f"a reshard to {interrupted} shards was interrupted: resume it first")
+        with self._lock:
+            if self._thread is not None and self._thread.is_alive():
+                raise ReshardBusyError(self._status["goal"])
+            self._status = {"state": "running", "goal": goal, "from": routing.shards, "started_at": _now()}
+            self._thread = threading.Thread(
+                target=self._run, args=(goal,), name="longmem-reshard", daemon=True
+            )
+            self._thread.start()
+            return dict(self._status)
+
+    def _run(self, goal: int) -> None:
+        try:
+            report = self._resharder.reshard(goal)
+        except LongmemError as exc:
+            self._finish({"state": "failed", "error": f"{type(exc).__name__}: {exc}"})
+        else:
+            self._finish({"state": "done", "report": report.as_json()})
+
+    def _finish(self, outcome: dict[str, Any]) -> None:
+        with self._lock:
+            self._status = {**self._status, **outcome, "finished_at": _now()}
+
+    def status(self) -> dict[str, Any]:
+        """``state`` (idle, running, done, failed), the goal, the report or the error, and the goal
+        of a reshard that was interrupted and not resumed."""
+        with self._lock:
+            return {**self._status, "interrupted_goal": interrupted_goal(self._resharder.data_dir)}
+
+    def wait(self) -> None:
+        """Block until the running reshard ends (tests, shutdown)."""
+        thread = self._thread
+        if thread is not None:
+            thread.join()
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat()

@@ -119,7 +119,7 @@ class FactShard:
         self._records_since_snapshot = 0
         self._snapshot_due = snapshot_every
         self._snapshot_failures = 0
-        self._routing = routing
+        self.routing = routing  # None: any user (a shard opened alone)
         self._shard_no = shard_no
         self._moving: frozenset[int] = frozenset()  # slots whose writes are refused during a move
         try:
@@ -428,7 +428,7 @@ class FactShard:
     def _admit(self, users: Iterable[str], write: bool) -> None:
         """Refuse users this shard does not own by its table, and writes of slots on the move
         (called with the lock held, so a fence set after this waits for the call to finish)."""
-        table = self._routing
+        table = self.routing
         if table is None:
             return
         for user_id in users:
@@ -441,8 +441,8 @@ class FactShard:
     def adopt(self, routing: RoutingTable) -> None:
         """Serve by ``routing`` from now on (a reshard switched); an older table is ignored."""
         with self._lock:
-            if self._routing is None or routing.version >= self._routing.version:
-                self._routing = routing
+            if self.routing is None or routing.version >= self.routing.version:
+                self.routing = routing
 
     def fence(self, slots: Collection[int]) -> None:
         """Refuse writes of the users in ``slots`` (SlotMovingError: the store retries them) until
@@ -539,7 +539,7 @@ class FactShard:
         """
         with self._lock:
             self._admit([user_id], write=True)
-            self._inbox.done(seq)
+            self._inbox.done(user_id, seq)
 
     def pending_turns(self) -> list[PendingTurns]:
         """The batches accepted and not written yet, in the order they were accepted."""

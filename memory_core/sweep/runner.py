@@ -53,7 +53,7 @@ class SweepRunner:
         """Sweep ``shards`` (numbered in the given order) and append each run to ``log``.
 
         Args:
-            shards: the shards, in routing order.
+            shards: the shards, in routing order (each run sweeps those there as it starts).
             settings: batch size, pacing, parallelism and retries.
             log: where run records go.
             clock: gives the records' start and end times (the wall clock by default).
@@ -62,7 +62,7 @@ class SweepRunner:
             retryable: errors besides LongmemError that mean "try this shard again",
                 e.g. the errors of a Ray actor that died or timed out.
         """
-        self._shards = list(shards)
+        self._shards = shards  # the store's own list: a reshard grows or shrinks it in place
         self._settings = settings
         self.log = log
         self._clock = clock or SystemClock()
@@ -115,10 +115,13 @@ class SweepRunner:
                 dry_run,
                 tenant or "all",
             )
-            workers = max(1, min(self._settings.parallel_shards, len(self._shards)))
+            current = list(self._shards)
+            workers = max(1, min(self._settings.parallel_shards, len(current)))
             with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sweep") as pool:
-                numbers = range(len(self._shards))
-                shards = list(pool.map(lambda n: self._sweep_shard(n, cutoff, dry_run, tenant), numbers))
+                numbers = range(len(current))
+                shards = list(
+                    pool.map(lambda n: self._sweep_shard(n, current[n], cutoff, dry_run, tenant), numbers)
+                )
             failed = any(s.error is not None for s in shards)
             record = SweepRecord(
                 id=sweep_id,
@@ -166,8 +169,9 @@ class SweepRunner:
         self.log.append(refused)
         raise SweepBusyError(running)
 
-    def _sweep_shard(self, shard_no: int, cutoff: datetime, dry_run: bool, tenant: str | None) -> ShardSweep:
-        shard = self._shards[shard_no]
+    def _sweep_shard(
+        self, shard_no: int, shard: ShardHandle, cutoff: datetime, dry_run: bool, tenant: str | None
+    ) -> ShardSweep:
         settings = self._settings
         began = self._timer()
         deleted = batches = failures = 0
