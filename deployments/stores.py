@@ -3,8 +3,9 @@
 Each actor owns its files (one shard directory, or the DuckDB profile file, which allows one
 read-write process). They are named, detached and restarted by Ray when they die: the
 constructor reopens the files, so a restarted actor serves every acknowledged write.
-Routing is by the stable user-id hash (``memory_core.routing``), never by Serve's replica
-choice: shard ``i`` is always the actor named ``longmem-shard-000i``.
+Routing is by the data dir's routing table (``memory_core.routing``), never by Serve's replica
+choice: shard ``i`` is always the actor named ``longmem-shard-000i``, and shard 0 holds the
+table the others adopt.
 """
 
 from __future__ import annotations

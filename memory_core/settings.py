@@ -33,7 +33,11 @@ class StorageSettings(BaseModel):
         default=Path("longmem-data"), description="Directory holding fact shards and the profile DB."
     )
     shards: int = Field(
-        default=4, ge=1, le=4096, description="Number of fact shards; fixed once a data dir exists."
+        default=4,
+        ge=1,
+        le=4096,
+        description="Fact shards of a new data dir; afterwards its routing table says how many "
+        "(longmem shards add / remove).",
     )
     snapshot_every: int = Field(
         default=50_000,

@@ -136,3 +136,34 @@ def test_recall_over_http_says_what_a_memory_replaced(api: tuple[TestClient, Mem
         ]
         == []
     )
+
+
+def test_an_operator_reshards_over_http_while_the_api_serves(api: tuple[TestClient, MemoryService]) -> None:
+    client, service = api
+    users = [f"u{n}" for n in range(12)]
+    for user in users:
+        made = client.post(
+            f"/v1/users/{user}/memories",
+            json={"memories": [{"text": f"{user} keeps bees"}]},
+            headers=_as(ACME),
+        )
+        assert made.status_code == 201, made.text
+    assert client.post("/v1/admin/shards", json={"add": 2}, headers=_as(ACME)).status_code == 403
+    assert client.post("/v1/admin/shards", json={"remove": 4}, headers=_as(OPS)).status_code == 422
+    assert client.post("/v1/admin/shards", json={"add": 1, "remove": 1}, headers=_as(OPS)).status_code == 422
+    started = client.post("/v1/admin/shards", json={"add": 2}, headers=_as(OPS))
+    assert started.status_code == 202, started.text
+    assert started.json()["goal"] == service.settings.storage.shards + 2
+
+    def layout() -> dict:
+        return client.get("/v1/admin/shards", headers=_as(OPS)).json()  # type: ignore[no-any-return]
+
+    while (now := layout())["reshard"]["state"] == "running":
+        hits = client.post("/v1/users/u0/recall", json={"query": "bees"}, headers=_as(ACME)).json()
+        assert all(hit["text"].startswith("u0 ") for hit in hits["memories"])
+    assert now["reshard"]["state"] == "done", now["reshard"]
+    assert len(now["shards"]) == service.settings.storage.shards + 2
+    assert now["routing"]["version"] == now["reshard"]["report"]["routing_version"]
+    for user in users:
+        listed = client.get(f"/v1/users/{user}/memories", headers=_as(ACME)).json()["memories"]
+        assert [m["text"] for m in listed] == [f"{user} keeps bees"]

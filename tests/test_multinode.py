@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -249,6 +250,81 @@ def test_a_dead_data_node_is_replaced_by_a_node_restored_from_the_last_backup(ap
     for user in users:
         assert _listed(app, user) == before[user] | ({late[user]} if user == on_a[0] else set())
     placement = _placement(app)
+    assert placement["shards"] == _expected_nodes(placement)
+
+
+def _longmem_shards(app: ClusterApp, *args: str) -> dict:
+    """``longmem shards … --url`` against the app, as an operator; its JSON."""
+    command = [sys.executable, "-m", "longmem", "shards", *args]
+    command += ["--url", str(app.acme.base_url), "--api-key", OPERATOR_KEY]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+
+def test_resharding_4_8_4_while_a_client_writes_and_recalls_loses_nothing(app: ClusterApp) -> None:
+    users = [f"mn-rs{n}" for n in range(16)]
+    stored: dict[str, set[str]] = {user: set() for user in users}
+    for user in users:
+        body = {"memories": [{"text": f"{user} keeps note {k}"} for k in range(5)]}
+        out = app.acme.post(f"/v1/users/{user}/memories", json=body)
+        assert out.status_code == 201, out.text
+        stored[user] |= {m["id"] for m in out.json()["memories"]}
+    stop = threading.Event()
+    latencies: dict[str, list[float]] = {"idle": [], "moving": []}
+    phase = ["idle"]
+    problems: list[str] = []
+
+    def client_loop() -> None:
+        with client(str(app.acme.base_url), ADMIN_KEY) as http:
+            n = 0
+            while not stop.is_set():
+                user = users[n % len(users)]
+                out = http.post(
+                    f"/v1/users/{user}/memories", json={"memories": [{"text": f"{user} live {n}"}]}
+                )
+                if out.status_code != 201:
+                    problems.append(f"write {out.status_code}: {out.text[:200]}")
+                else:
+                    stored[user].add(out.json()["memories"][0]["id"])
+                began = time.monotonic()
+                hits = http.post(f"/v1/users/{user}/recall", json={"query": "note", "threshold": -1})
+                latencies[phase[0]].append(time.monotonic() - began)
+                if hits.status_code != 200:
+                    problems.append(f"recall {hits.status_code}: {hits.text[:200]}")
+                elif any(not h["text"].startswith(f"{user} ") for h in hits.json()["memories"]):
+                    problems.append(f"recall of {user} returned another user's memory")
+                n += 1
+
+    worker = threading.Thread(target=client_loop)
+    worker.start()
+    try:
+        time.sleep(20)  # idle figures first
+        phase[0] = "moving"
+        grown = _longmem_shards(app, "add", "4")
+        eight = _longmem_shards(app, "status")
+        shrunk = _longmem_shards(app, "remove", "4")
+    finally:
+        stop.set()
+        worker.join()
+    print("reshard 4 -> 8:", json.dumps(grown["report"]))
+    print("reshard 8 -> 4:", json.dumps(shrunk["report"]))
+    idle, moving = (sorted(latencies[k]) for k in ("idle", "moving"))
+    p99 = {k: v[int(0.99 * (len(v) - 1))] for k, v in (("idle", idle), ("moving", moving))}
+    print(
+        f"recall p99 idle {p99['idle'] * 1000:.0f} ms, during the moves {p99['moving'] * 1000:.0f} ms "
+        f"(ratio {p99['moving'] / p99['idle']:.2f}; {len(idle)} and {len(moving)} recalls)"
+    )
+    assert problems == []
+    assert grown["report"]["shards_after"] == 8 and shrunk["report"]["shards_after"] == 4
+    for user in users:
+        listed = [m["id"] for m in app.acme.get(f"/v1/users/{user}/memories").json()["memories"]]
+        assert sorted(listed) == sorted(stored[user])  # every acknowledged write, once
+    nodes = [shard["node"] for shard in eight["shards"]]
+    print("8 shards on nodes:", nodes)
+    placement = _placement(app)
+    by_resource = {r: node for node, resources in placement["nodes"].items() for r in resources}
+    assert nodes == [by_resource[RESOURCES[n % 2]] for n in range(8)]
     assert placement["shards"] == _expected_nodes(placement)
 
 
