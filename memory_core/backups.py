@@ -106,8 +106,14 @@ def take_backup(
     began = time.perf_counter()
     ident = backup_id(at)
     target = join_uri(absolute_uri(uri), ident)
+    facts.refresh()
+    routing = facts.routing
     shards = [ShardCopy(shard=no, **copy) for no, copy in enumerate(facts.backup(target))]
     profile = profiles.backup(target)
+    # Shards are copied one after another: a slot moved between two copies would be in both, or
+    # in neither. Such a backup gets no manifest, so it is never restored.
+    if any(shard["moving_slots"] for shard in facts.health()) or facts.routing.version != routing.version:
+        raise StorageError("a reshard moved slots while the backup ran: back up again once it is over")
     for copy in shards:
         check_visible(join_uri(target, shard_part(copy.shard)), copy.files)
     check_visible(target, profile["files"])
@@ -121,7 +127,7 @@ def take_backup(
         dim=dim,
         embedder=embedder,
         seconds=round(time.perf_counter() - began, 3),
-        routing=json.loads(facts.routing.to_json()) if facts.routing.version > 0 else None,
+        routing=json.loads(routing.to_json()) if routing.version > 0 else None,
     )
     write_manifest(target, record.model_dump(mode="json", exclude={"uri"}))
     return record

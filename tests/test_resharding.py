@@ -398,3 +398,30 @@ def test_a_pending_batch_keeps_its_number_through_moves_so_its_writer_can_end_it
     assert {b.user_id for b in store.pending_turns()} == renumbered  # no other user's batch ended
     assert len(renumbered) < len(numbers)
     store.close()
+
+
+def test_a_backup_a_reshard_ran_through_is_refused_and_never_restored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = _open(tmp_path / "live")
+    _fill(store)
+    profiles = DuckDBProfileStore(tmp_path / "live" / "profile.duckdb", LimitSettings())
+    backups = tmp_path / "backups"
+    store.shards[1].fence(store.routing.slots_of(1)[:4])  # a move in flight
+    with pytest.raises(StorageError, match="reshard moved slots"):
+        take_backup(store, profiles, DIM, "test-embedder", str(backups), NOW)
+    store.shards[1].unfence()
+    copy_all = store.backup
+
+    def copy_then_reshard(uri: str) -> list[dict[str, object]]:  # a reshard between two copies
+        copies = copy_all(uri)
+        store.reshard(3)
+        return copies
+
+    monkeypatch.setattr(store, "backup", copy_then_reshard)
+    with pytest.raises(StorageError, match="reshard moved slots"):
+        take_backup(store, profiles, DIM, "test-embedder", str(backups), NOW + timedelta(minutes=1))
+    with pytest.raises(ConfigError):  # neither left a manifest: nothing to restore from
+        restore_backup(str(backups), tmp_path / "restored", LimitSettings())
+    store.close()
+    profiles.close()

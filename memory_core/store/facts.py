@@ -137,6 +137,10 @@ class FactStore(UserFacts, Protocol):
         """Each shard's place, files, log state and counts, in routing order."""
         ...
 
+    def refresh(self) -> None:
+        """Fetch the current shards and routing table (a reshard elsewhere may have changed them)."""
+        ...
+
 
 def read_manifest(data_dir: Path) -> dict[str, Any] | None:
     """The settings a data dir was created with (format, shards, dim, embedder), or None if new."""

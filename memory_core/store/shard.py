@@ -666,6 +666,7 @@ class FactShard:
                 "log_seq": self._current_seq,
                 "records_since_snapshot": self._records_since_snapshot,
                 "snapshot_failures": self._snapshot_failures,
+                "moving_slots": len(self._moving),
             }
 
     def health(self) -> dict[str, Any]:
