@@ -425,3 +425,15 @@ def test_a_backup_a_reshard_ran_through_is_refused_and_never_restored(
         restore_backup(str(backups), tmp_path / "restored", LimitSettings())
     store.close()
     profiles.close()
+
+
+def test_a_shard_that_opens_on_an_older_table_is_given_the_current_one(tmp_path: Path) -> None:
+    store = _open(tmp_path)
+    _fill(store)
+    store.reshard(3)
+    expected = _state(store)
+    stale = RoutingTable.legacy(3)  # as a shard restored on a node without the table opens
+    store.shards[1].routing = stale  # type: ignore[attr-defined]
+    assert _state(store) == expected  # its users are asked for, refused, and it adopts the table
+    assert store.shards[1].routing == store.routing  # type: ignore[attr-defined]
+    store.close()

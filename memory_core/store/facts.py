@@ -374,6 +374,10 @@ class ShardedFactStore:
                 known = self.routing.version
                 if isinstance(exc, StaleRoutingError):
                     self.refresh()
+                    if exc.version < self.routing.version:
+                        # A shard that restarted on an older table (restored on a new node, say).
+                        for shard in self.shards:
+                            shard.adopt(self.routing)
                 if self.routing.version == known:
                     time.sleep(_SETTLE_PAUSE_S)
 
