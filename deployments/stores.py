@@ -23,7 +23,7 @@ from ray.exceptions import GetTimeoutError, RayActorError
 
 from memory_core.errors import ConfigError, LongmemError, StorageError
 from memory_core.models import Fact, NewFact, ProfileEntry, Turn
-from memory_core.routing import RoutingTable, write_routing
+from memory_core.routing import RoutingTable, read_routing, write_routing
 from memory_core.settings import LimitSettings, Settings
 from memory_core.store.facts import ShardedFactStore, ShardHandle, open_manifest, shard_dir
 from memory_core.store.inbox import PendingTurns, StoredAnswer
@@ -141,8 +141,16 @@ class ShardActor(StoreActor):
         snapshot_every: int,
         window_turns: int,
         placement: list[str],
+        routing: RoutingTable | None = None,
     ) -> None:
+        """Open shard ``shard_no`` in ``data_dir`` (this node's data root). A shard a reshard
+        adds is given the table that adds it: written into the root first (unless the root holds
+        a newer one), so the shard opens by it, here and after a restart."""
         root = Path(data_dir)
+        if routing is not None:
+            root.mkdir(parents=True, exist_ok=True)
+            if read_routing(root, shards).version < routing.version:
+                write_routing(root, routing)
         routing = open_manifest(root, shards, dim, embedder, placement)
         _check_no_stray_shards(root, shard_no, routing.shards, placement)
         self._root = root
@@ -446,9 +454,16 @@ def open_shards(settings: Settings, dim: int, embedder: str) -> list[ShardClient
     return [first] + [open_shard(settings, dim, embedder, n, count) for n in range(1, count)]
 
 
-def open_shard(settings: Settings, dim: int, embedder: str, shard_no: int, shards: int) -> ShardClient:
+def open_shard(
+    settings: Settings,
+    dim: int,
+    embedder: str,
+    shard_no: int,
+    shards: int,
+    routing: RoutingTable | None = None,
+) -> ShardClient:
     """Get (creating on first use) the actor of shard ``shard_no`` of ``shards``, on the nodes
-    ``serve.shard_resources`` gives it.
+    ``serve.shard_resources`` gives it (a new one of a reshard: opened by ``routing``).
 
     Raises:
         ConfigError: the named actor serves another data dir.
@@ -467,6 +482,7 @@ def open_shard(settings: Settings, dim: int, embedder: str, shard_no: int, shard
             settings.storage.snapshot_every,
             settings.working.turns,
             settings.serve.shard_resources,
+            routing,
         )
     )
     shard = ShardClient(actor, f"shard {shard_no}", *_timeouts(settings))
@@ -491,7 +507,7 @@ class ActorShards:
 
     def open_shard(self, shard_no: int, routing: RoutingTable) -> ShardHandle:
         """Start shard ``shard_no``'s actor on its nodes (a new, empty shard)."""
-        return open_shard(self._settings, self._dim, self._embedder, shard_no, routing.shards)
+        return open_shard(self._settings, self._dim, self._embedder, shard_no, routing.shards, routing)
 
     def retire_from(self, shard_no: int) -> None:
         """Delete the files of shards ``shard_no`` and after, then end their actors for good."""

@@ -176,7 +176,7 @@ def open_manifest(
     if found is None:
         data_dir.mkdir(parents=True, exist_ok=True)
         _write_manifest(data_dir, {**wanted, **({"placement": spread} if spread else {})})
-        return RoutingTable.legacy(shards)
+        return read_routing(data_dir, shards)  # a node's new root given a reshard's table first
     table = read_routing(data_dir, int(found["shards"]))
     for key, value in wanted.items():
         if key == "shards" and table.version > 0:
