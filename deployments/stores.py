@@ -10,6 +10,8 @@ table the others adopt.
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import time
 from collections.abc import Collection, Sequence
 from datetime import datetime
@@ -438,12 +440,19 @@ def open_fact_store(settings: Settings, dim: int, embedder: str) -> ShardedFactS
     """Every shard actor of the data dir, routed by its table, which the store fetches again
     from shard 0 when a shard says a reshard moved a user."""
 
-    def current() -> tuple[list[ShardHandle], RoutingTable]:
-        shards = open_shards(settings, dim, embedder)
-        return list(shards), shards[0].routing()
+    shards = open_shards(settings, dim, embedder)
+    first = shards[0]  # a shrink never retires shard 0
 
-    shards, routing = current()
-    return ShardedFactStore(shards, settings.limits, routing, current, settings.serve.call_timeout_s)
+    def newer(known: RoutingTable) -> tuple[list[ShardHandle], RoutingTable] | None:
+        routing = first.routing()
+        if routing.version == known.version:
+            return None
+        more = [open_shard(settings, dim, embedder, n, routing.shards) for n in range(1, routing.shards)]
+        return [first, *more], routing
+
+    return ShardedFactStore(
+        list(shards), settings.limits, first.routing(), newer, settings.serve.call_timeout_s
+    )
 
 
 def open_shards(settings: Settings, dim: int, embedder: str) -> list[ShardClient]:
@@ -546,13 +555,20 @@ def stop_stores(settings: Settings) -> list[str]:
     Returns:
         Problems met (an actor that was already gone is not one).
     """
-    names = [shard_actor_name(i) for i in range(settings.storage.shards)] + [PROFILE_ACTOR_NAME]
-    problems = []
-    for name in names:
+    # As many shards as the routing table has now (a reshard may have changed the count):
+    # shard actors are numbered from 0 without gaps.
+    actors = []
+    for name in (shard_actor_name(n) for n in itertools.count()):
         try:
-            actor = ray.get_actor(name, namespace=settings.serve.namespace)
+            actors.append((name, ray.get_actor(name, namespace=settings.serve.namespace)))
         except ValueError:
-            continue
+            break
+    with contextlib.suppress(ValueError):  # never started
+        actors.append(
+            (PROFILE_ACTOR_NAME, ray.get_actor(PROFILE_ACTOR_NAME, namespace=settings.serve.namespace))
+        )
+    problems = []
+    for name, actor in actors:
         try:
             ok, value = ray.get(actor.invoke.remote("close"), timeout=settings.serve.call_timeout_s)
             if not ok:

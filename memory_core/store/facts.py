@@ -137,8 +137,9 @@ class FactStore(UserFacts, Protocol):
         """Each shard's place, files, log state and counts, in routing order."""
         ...
 
-    def refresh(self) -> None:
-        """Fetch the current shards and routing table (a reshard elsewhere may have changed them)."""
+    def refresh(self) -> bool:
+        """Fetch the current shards and routing table if a reshard elsewhere changed them; whether
+        it did."""
         ...
 
 
@@ -337,16 +338,18 @@ class ShardedFactStore:
         shards: Sequence[ShardHandle],
         limits: LimitSettings,
         routing: RoutingTable | None = None,
-        refresh: Callable[[], tuple[list[ShardHandle], RoutingTable]] | None = None,
+        refresh: Callable[[RoutingTable], tuple[list[ShardHandle], RoutingTable] | None] | None = None,
         settle_s: float = 30.0,
     ) -> None:
         """Route over ``shards`` by ``routing`` (default: a data dir never resharded; the shards'
         order is the routing order: never reorder a data dir's).
 
-        ``refresh`` fetches the current shards and table when a shard says it no longer owns a
-        user (a reshard moved the user's slot; without it the table is the one a reshard in
-        this process keeps current); a call waits up to ``settle_s`` for the user's shard to
-        settle (a slot on the move refuses writes for the move's length) before StorageError.
+        ``refresh(table)`` returns the current shards and table when they are newer than
+        ``table``, else None; the store asks it when a shard says it no longer owns a user (a
+        reshard moved the user's slot) or a shard call fails (a shrink retired the shard).
+        Without it the table is the one a reshard in this process keeps current. A call waits
+        up to ``settle_s`` for the user's shard to settle (a slot on the move refuses writes
+        for the move's length) before StorageError.
         """
         self._limits = limits
         self.shards = list(shards)
@@ -371,23 +374,29 @@ class ShardedFactStore:
                     raise StorageError(
                         f"the user's shard did not settle in {self._settle_s:g} s: {exc}"
                     ) from exc
-                known = self.routing.version
-                if isinstance(exc, StaleRoutingError):
-                    self.refresh()
-                    if exc.version < self.routing.version:
-                        # A shard that restarted on an older table (restored on a new node, say).
-                        for shard in self.shards:
-                            shard.adopt(self.routing)
-                if self.routing.version == known:
+                moved = isinstance(exc, StaleRoutingError) and self.refresh()
+                if isinstance(exc, StaleRoutingError) and exc.version < self.routing.version:
+                    # A shard that restarted on an older table (restored on a new node, say).
+                    for shard in self.shards:
+                        shard.adopt(self.routing)
+                if not moved:
                     time.sleep(_SETTLE_PAUSE_S)
+            except StorageError:
+                # A shard retired by a shrink is gone: only a newer table makes a retry right (a
+                # failed call on a shard that still owns the user is the caller's to see).
+                if not self.refresh():
+                    raise
 
-    def refresh(self) -> None:
-        """Fetch the current shards and routing table (a store without ``refresh`` keeps its own,
-        which a reshard in this process keeps current). The shard list changes in place: the
-        sweep runner holds it too."""
-        if self._refresh is not None:
-            shards, self.routing = self._refresh()
-            self.shards[:] = shards
+    def refresh(self) -> bool:
+        """Fetch the current shards and routing table when newer than the store's (a store
+        without ``refresh`` keeps its own, which a reshard in this process keeps current); whether
+        they were. The shard list changes in place: the sweep runner holds it too."""
+        found = self._refresh(self.routing) if self._refresh is not None else None
+        if found is None:
+            return False
+        shards, self.routing = found
+        self.shards[:] = shards
+        return True
 
     def _on(self, user_id: str, call: Callable[[ShardHandle], T]) -> T:
         """``call`` on the user's shard (see :meth:`_settled`)."""
