@@ -6,6 +6,7 @@ from a backup on a new node."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -262,6 +263,19 @@ def _longmem_shards(app: ClusterApp, *args: str) -> dict:
     return json.loads(done.stdout)  # type: ignore[no-any-return]
 
 
+def _sweeper_pid(app: ClusterApp) -> int:
+    """The process of the app's sweeper actor (it coordinates reshards)."""
+    code = f"""
+import ray
+from ray.util.state import list_actors
+from deployments.sweeper import SWEEPER_ACTOR_NAME
+ray.init(address=ADDRESS, namespace={NAMESPACE!r}, log_to_driver=False)
+[actor] = list_actors(filters=[("name", "=", SWEEPER_ACTOR_NAME), ("state", "=", "ALIVE")])
+print(actor.pid)
+"""
+    return int(app.cluster.python(code).strip().splitlines()[-1])
+
+
 def test_resharding_4_8_4_while_a_client_writes_and_recalls_loses_nothing(app: ClusterApp) -> None:
     users = [f"mn-rs{n}" for n in range(16)]
     stored: dict[str, set[str]] = {user: set() for user in users}
@@ -303,7 +317,20 @@ def test_resharding_4_8_4_while_a_client_writes_and_recalls_loses_nothing(app: C
         phase[0] = "moving"
         grown = _longmem_shards(app, "add", "4")
         eight = _longmem_shards(app, "status")
-        shrunk = _longmem_shards(app, "remove", "4")
+        # The coordinator (the sweeper actor, on data-a) killed with SIGKILL as the shrink starts:
+        # Ray restarts it, it settles the move in flight, and the shrink is resumed.
+        with client(str(app.acme.base_url), OPERATOR_KEY) as operator:
+            started = operator.post("/v1/admin/shards", json={"remove": 4})
+            assert started.status_code == 202, started.text
+            time.sleep(0.5)
+            os.kill(_sweeper_pid(app), signal.SIGKILL)
+            while (layout := operator.get("/v1/admin/shards")).status_code != 200 or layout.json()["reshard"][
+                "state"
+            ] == "running":
+                time.sleep(1)
+        interrupted = layout.json()["reshard"]["interrupted_goal"]
+        print("after the coordinator's kill:", json.dumps(layout.json()["reshard"]))
+        shrunk = _longmem_shards(app, "resume") if interrupted else _longmem_shards(app, "remove", "4")
     finally:
         stop.set()
         worker.join()
@@ -349,7 +376,7 @@ ids = []
 for shard_no in range({SHARDS}):
     for user in {[f"acme:{u}" for u in users]!r}:
         ok, facts = ray.get(ray.get_actor(shard_actor_name(shard_no)).invoke.remote("list_user", user))
-        ids += [str(f.id) for f in facts]
+        ids += [str(f.id) for f in facts] if ok else []  # a shard refuses a user it does not own
 print(json.dumps(ids))
 """
         )

@@ -115,16 +115,17 @@ class Resharder:
         self._slots_per_move = slots_per_move
 
     def recover(self) -> None:
-        """Settle the move a crash cut short, give every shard the current table, and delete the
-        shards a finished shrink left.
+        """Settle the move a crash cut short (its source takes writes again), give every shard
+        the current table, and delete the shards a finished shrink left.
 
         Raises:
             StorageError: a drop was not written (recovering again retries it).
         """
         journal = _read(self.data_dir)
         routing = self.store.routing
-        for shard in self.store.shards:  # a shard that restarted on an older table
-            shard.adopt(routing)
+        for shard in self.store.shards:
+            shard.adopt(routing)  # one that restarted on an older table
+            shard.unfence()  # the slots of a move whose coordinator died are settled below
         if journal is None:
             return
         move = journal["move"]
