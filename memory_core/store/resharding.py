@@ -1,15 +1,16 @@
 """Resharding a data dir: whole slots move between shards, crash-safe at every step.
 
 A reshard to ``goal`` shards first records the goal in ``reshard.json`` beside the manifest,
-grows the routing table (new shards own nothing yet), then moves slots one (source, target)
-pair at a time:
+grows the routing table (new shards own nothing yet), then moves slots from shard to shard,
+``SLOTS_PER_MOVE`` at a time:
 
-1. the journal names the move and the routing version it starts from;
+1. the journal names the move and the routing version it starts from, and the source refuses
+   the slots' writes;
 2. the target imports everything of the slots' users (facts with history and vectors, pending
    turns, windows, kept answers), durably;
 3. the routing table's next version gives the slots to the target (one atomic file write: the
    switch);
-4. the source drops the slots' users, files included (as an erase does).
+4. the source drops the slots' users, files included (as an erase does), and takes writes again.
 
 Opening the data dir after a crash anywhere settles the move in flight by the routing version:
 not switched, the target drops what it took (rolled back); switched, the source drops what it
@@ -20,7 +21,7 @@ journal until it is reached: ``longmem shards resume`` finishes an interrupted r
 The store serves meanwhile: a move fences its slots on the source first (their writes are
 refused with SlotMovingError and retried by the store), and a shard asked about a user it does
 not own (its table is newer than the caller's) says so (StaleRoutingError): the caller routes
-again. Slots move ``slots_per_move`` at a time, so a user's writes wait for one small move.
+again. A user's writes wait for one small move, not for the reshard.
 """
 
 from __future__ import annotations
