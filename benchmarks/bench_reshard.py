@@ -1,4 +1,4 @@
-"""Benchmark of resharding a data dir: 2 -> 4 -> 8 shards (and back to 3) on synthetic facts.
+"""Benchmark of resharding a data dir while it serves: 2 -> 4 -> 8 shards (and back to 3).
 
 ``--facts`` facts (default 200,000, random unit vectors, bench_store's data) over ``--users``
 users (2,000), with one in ten facts superseded by a newer one and a pending turn batch, a
@@ -14,6 +14,11 @@ moved, and checks against the store before any reshard:
 - recall latency p50 / p99 after the reshard against before it (same queries, same run): the
   moved users' indexes search as fast as before.
 
+A live client writes (to 50 users of its own) and recalls (random users) on a thread of its
+own the whole time: its recall p99 during each reshard is printed against its p99 between them,
+and at the end every write it had acknowledged must be in the store once, and none of its
+recalls may have returned another user's fact.
+
 Usage::
 
     python -m benchmarks.bench_reshard [--facts 200000] [--users 2000] [--steps 4,8,3]
@@ -27,6 +32,7 @@ import hashlib
 import json
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from datetime import timedelta
@@ -35,10 +41,23 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.bench_store import SWEEP_AT, T0, K, Plan, latency_ms, noisy, open_store, time_calls, user_name
-from memory_core.models import Role, Turn
+from benchmarks.bench_store import (
+    SWEEP_AT,
+    T0,
+    K,
+    Plan,
+    latency_ms,
+    noisy,
+    open_store,
+    time_calls,
+    unit_rows,
+    user_name,
+)
+from memory_core.errors import LongmemError
+from memory_core.models import NewFact, Role, Turn
 from memory_core.store.facts import LocalFactStore
 from memory_core.store.inbox import StoredAnswer
+from memory_core.store.resharding import ReshardReport
 
 _BATCH = 5_000
 
@@ -94,6 +113,60 @@ def recall_probe(store: LocalFactStore, plan: Plan, queries: int) -> tuple[list[
     return hits, strangers, samples
 
 
+class LiveClient:
+    """A client that keeps writing (to users of its own) and recalling (the plan's users) on a
+    thread of its own; its recall latencies go to the bucket named by :meth:`measure`."""
+
+    def __init__(self, store: LocalFactStore, plan: Plan, users: int) -> None:
+        self._store = store
+        self._plan = plan
+        self._users = users
+        self.acked: dict[str, list[int]] = {}
+        self.latencies: dict[str, list[int]] = {}
+        self.strangers = 0
+        self.errors: list[str] = []
+        self._bucket = "idle"
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="live-client")
+
+    def measure(self, bucket: str) -> None:
+        self._bucket = bucket
+
+    def __enter__(self) -> LiveClient:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        rng = np.random.default_rng(self._plan.seed + 2)
+        n = 0
+        while not self._stop.is_set():
+            writer, reader = f"live-{n % 50:03d}", user_name(int(rng.integers(self._users)))
+            vector = unit_rows(rng.standard_normal((1, self._plan.dim), dtype=np.float32))
+            try:
+                [fact] = self._store.add([NewFact(user_id=writer, text=f"live {n}", created_at=T0)], vector)
+                self.acked.setdefault(writer, []).append(fact.id)
+                began = time.perf_counter_ns()
+                hits = self._store.search(reader, vector[0], K, SWEEP_AT)
+                self.latencies.setdefault(self._bucket, []).append(time.perf_counter_ns() - began)
+            except LongmemError as exc:
+                self.errors.append(f"{type(exc).__name__}: {exc}")
+                return
+            self.strangers += sum(f.user_id != reader for f, _ in hits)
+            n += 1
+
+    def lost_or_duplicated(self) -> int:
+        """Acknowledged writes missing from the store, plus facts of its users held twice."""
+        bad = 0
+        for user, ids in self.acked.items():
+            stored = [f.id for f in self._store.list_user(user)]
+            bad += len(set(ids) - set(stored)) + len(stored) - len(set(stored))
+        return bad
+
+
 def misplaced(store: LocalFactStore) -> int:
     """Users held by a shard their slot does not name."""
     return sum(
@@ -112,6 +185,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--dim", type=int, default=384)
     parser.add_argument("--steps", default="4,8,3", help="shard counts to reshard to, in order, from 2")
     parser.add_argument("--queries", type=int, default=2_000)
+    parser.add_argument("--idle-seconds", type=float, default=10.0, help="the live client alone first")
     parser.add_argument("--data-dir", type=Path, help="kept afterwards (default: a temp dir, removed)")
     parser.add_argument("--json", type=Path, help="write the figures here too")
     return parser.parse_args(argv)
@@ -126,37 +200,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         seconds = fill(store, plan, args.facts, args.users)
         print(f"filled {args.facts} facts over {args.users} users on 2 shards in {seconds:.1f} s")
         expected = digest(store, args.users)
-        hits, _, idle = recall_probe(store, plan, args.queries)
-        base = latency_ms(idle)
         steps: list[dict[str, Any]] = []
-        for goal in (int(part) for part in args.steps.split(",")):
-            report = store.reshard(goal)
-            found = digest(store, args.users)
-            after_hits, strangers, samples = recall_probe(store, plan, args.queries)
-            after = latency_ms(samples)
-            step = {
-                "shards": f"{report.shards_before} -> {report.shards_after}",
-                "seconds": round(report.seconds, 2),
-                "slots_moved": sum(m.slots for m in report.moves),
-                "users_moved": sum(m.users for m in report.moves),
-                "facts_moved": sum(m.facts for m in report.moves),
-                "facts": found[0],
-                "facts_lost_or_duplicated": abs(found[0] - expected[0]),
-                "facts_and_vectors_same": found[1] == expected[1],
-                "turns_windows_answers_same": found[2] == expected[2],
-                "recall_same": after_hits == hits,
-                "results_of_another_user": strangers,
-                "users_misplaced": misplaced(store),
-                "recall_p50_ratio": round(after["p50"] / base["p50"], 2),
-                "recall_p99_ratio": round(after["p99"] / base["p99"], 2),
-                "routing_version": report.routing_version,
-            }
-            steps.append(step)
-            print(json.dumps(step))
-        summary = {"facts": args.facts, "users": args.users, "idle_recall_ms": base, "steps": steps}
+        with LiveClient(store, plan, args.users) as live:
+            time.sleep(args.idle_seconds)  # the live client's own idle figures first
+            # Every probe runs beside the live client: before and after compare alike.
+            hits, _, idle = recall_probe(store, plan, args.queries)
+            base = latency_ms(idle)
+            for goal in (int(part) for part in args.steps.split(",")):
+                live.measure(f"to {goal}")
+                report = store.reshard(goal)
+                live.measure("idle")
+                steps.append(check(store, plan, args, report, expected, hits, base, live))
+                print(json.dumps(steps[-1]))
+        summary = {
+            "facts": args.facts,
+            "users": args.users,
+            "idle_recall_ms": base,
+            "live_writes": sum(len(ids) for ids in live.acked.values()),
+            "live_lost_or_duplicated": live.lost_or_duplicated(),
+            "live_results_of_another_user": live.strangers,
+            "live_errors": live.errors,
+            "steps": steps,
+        }
+        print(json.dumps({k: v for k, v in summary.items() if k != "steps"}))
         if args.json:
             args.json.write_text(json.dumps(summary, indent=2))
-        ok = all(
+        live_ok = summary["live_lost_or_duplicated"] == 0 and not live.errors and live.strangers == 0
+        steps_ok = all(
             s["facts_lost_or_duplicated"] == 0
             and s["facts_and_vectors_same"]
             and s["recall_same"]
@@ -165,11 +235,47 @@ def main(argv: Sequence[str] | None = None) -> int:
             and s["users_misplaced"] == 0
             for s in steps
         )
-        return 0 if ok else 1
+        return 0 if live_ok and steps_ok else 1
     finally:
         store.close()
         if args.data_dir is None:
             shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def check(
+    store: LocalFactStore,
+    plan: Plan,
+    args: argparse.Namespace,
+    report: ReshardReport,
+    expected: tuple[int, str, str],
+    hits: list[Any],
+    base: dict[str, float],
+    live: LiveClient,
+) -> dict[str, Any]:
+    """One reshard's figures and checks against the store before any reshard; the live
+    client's recall p99 during it against its idle p99 (measured between reshards)."""
+    found = digest(store, args.users)
+    after_hits, strangers, samples = recall_probe(store, plan, args.queries)
+    after = latency_ms(samples)
+    moving = latency_ms(live.latencies[f"to {report.shards_after}"])
+    return {
+        "shards": f"{report.shards_before} -> {report.shards_after}",
+        "seconds": round(report.seconds, 2),
+        "slots_moved": sum(m.slots for m in report.moves),
+        "users_moved": sum(m.users for m in report.moves),
+        "facts_moved": sum(m.facts for m in report.moves),
+        "facts": found[0],
+        "facts_lost_or_duplicated": abs(found[0] - expected[0]),
+        "facts_and_vectors_same": found[1] == expected[1],
+        "turns_windows_answers_same": found[2] == expected[2],
+        "recall_same": after_hits == hits,
+        "results_of_another_user": strangers,
+        "users_misplaced": misplaced(store),
+        "recall_p50_ratio_after": round(after["p50"] / base["p50"], 2),
+        "recall_p99_ratio_after": round(after["p99"] / base["p99"], 2),
+        "live_recall_p99_ratio_during": round(moving["p99"] / latency_ms(live.latencies["idle"])["p99"], 2),
+        "routing_version": report.routing_version,
+    }
 
 
 if __name__ == "__main__":
