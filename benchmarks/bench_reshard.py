@@ -273,6 +273,8 @@ def check(
         "users_misplaced": misplaced(store),
         "recall_p50_ratio_after": round(after["p50"] / base["p50"], 2),
         "recall_p99_ratio_after": round(after["p99"] / base["p99"], 2),
+        "live_recall_p99_ms_between": round(latency_ms(live.latencies["idle"])["p99"], 3),
+        "live_recall_p99_ms_during": round(moving["p99"], 3),
         "live_recall_p99_ratio_during": round(moving["p99"] / latency_ms(live.latencies["idle"])["p99"], 2),
         "routing_version": report.routing_version,
     }
