@@ -437,3 +437,14 @@ def test_a_shard_that_opens_on_an_older_table_is_given_the_current_one(tmp_path:
     assert _state(store) == expected  # its users are asked for, refused, and it adopts the table
     assert store.shards[1].routing == store.routing  # type: ignore[attr-defined]
     store.close()
+
+
+def test_a_move_in_flight_lists_each_user_once(tmp_path: Path) -> None:
+    store = _open(tmp_path)
+    _fill(store)
+    listed = store.users("acme", "", 1000)
+    assert len(listed) == len(USERS)
+    store.reshard(4)  # shard 2 exists; now copy shard 1's slots there without a switch
+    store.shards[2].import_slots(store.shards[1].export_slots(store.routing.slots_of(1), SLOTS))
+    assert store.shards[2].stats()["users"] > 0 and store.users("acme", "", 1000) == listed
+    store.close()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import heapq
 import secrets
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -265,10 +265,17 @@ class Partitions:
             facts.extend(part.facts[int(i)] for i in ids)
         return facts, np.vstack(blocks)
 
-    def users(self, tenant: str, after: str, limit: int) -> list[tuple[str, int]]:
-        """``tenant``'s users after ``after`` by id, at most ``limit``, with their stored facts."""
+    def users(
+        self, tenant: str, after: str, limit: int, keep: Callable[[str], bool] = lambda _: True
+    ) -> list[tuple[str, int]]:
+        """``tenant``'s users after ``after`` by id for whom ``keep`` holds, at most ``limit``,
+        with their stored facts."""
         prefix = f"{tenant}{SEPARATOR}"
-        found = [(user, len(part.facts)) for user, part in self._parts.items() if user.startswith(prefix)]
+        found = [
+            (user, len(part.facts))
+            for user, part in self._parts.items()
+            if user.startswith(prefix) and keep(user)
+        ]
         return heapq.nsmallest(limit, (entry for entry in found if entry[0] > after))
 
     def user_ids(self) -> set[str]:

@@ -305,7 +305,11 @@ class FactShard:
     def users(self, tenant: str, after: str, limit: int) -> list[tuple[str, int]]:
         """``tenant``'s users in this shard (see :meth:`~memory_core.store.facts.UserFacts.users`)."""
         with self._lock:
-            return self._mem.users(tenant, after, limit)
+            table, here = self.routing, self._shard_no
+            if table is None:
+                return self._mem.users(tenant, after, limit)
+            # Not the copies a move in flight has imported here before its switch.
+            return self._mem.users(tenant, after, limit, lambda user: table.shard_of(user) == here)
 
     def replaced(self, user_id: str, fact_ids: Sequence[int]) -> dict[int, list[Fact]]:
         """For each of the user's ``fact_ids`` that replaced older facts, those facts down the
