@@ -28,7 +28,7 @@ from memory_core.store.resharding import SLOTS_PER_MOVE
 
 DIM = 8
 NOW = datetime(2026, 5, 1, tzinfo=UTC)
-USERS = [f"acme:user{n}" for n in range(60)]
+USERS = [f"acme:user{n:03d}" for n in range(60)]  # none a prefix of another
 
 
 def _open(data_dir: Path, shards: int = 2) -> LocalFactStore:
@@ -184,6 +184,7 @@ _STEPS = [
     ("mid import", "shard.TurnInbox", "take", True, 1),
     ("imported, not switched", "shard.FactShard", "import_slots", False, 1),
     ("switched, source not dropped", "resharding", "write_routing", False, 2),
+    ("drop logged, its snapshot not written", "shard.snap", "write_snapshot", True, 1),
     ("source dropped, journal not cleared", "shard.FactShard", "drop_slots", False, 1),
     ("second move switched", "resharding", "write_routing", False, 3),
 ]
@@ -447,4 +448,17 @@ def test_a_move_in_flight_lists_each_user_once(tmp_path: Path) -> None:
     store.reshard(4)  # shard 2 exists; now copy shard 1's slots there without a switch
     store.shards[2].import_slots(store.shards[1].export_slots(store.routing.slots_of(1), SLOTS))
     assert store.shards[2].stats()["users"] > 0 and store.users("acme", "", 1000) == listed
+    store.close()
+
+
+def test_no_file_of_a_shard_keeps_the_users_it_gave_away(tmp_path: Path) -> None:
+    store = _open(tmp_path)
+    _fill(store)
+    store.reshard(4)
+    for no in range(4):
+        held = b"".join(p.read_bytes() for p in shard_dir(tmp_path, no).rglob("*") if p.is_file())
+        for user in USERS:
+            here = store.routing.shard_of(user) == no
+            assert (f"fact 1 of {user}".encode() in held) == here, (user, no)
+            assert (f"hello from {user}".encode() in held) == (here and USERS.index(user) % 3 == 0)
     store.close()

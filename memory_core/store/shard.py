@@ -115,6 +115,10 @@ class FactShard:
         self._limits = limits or LimitSettings()
         self._snapshot_every = snapshot_every
         self._lock = threading.RLock()
+        # Held by whatever purges old files (an erase, a purging snapshot, a reshard's drop, whose
+        # snapshot is written without the lock): one at a time, so none deletes what another
+        # writes, and no snapshot older than an erase appears after it.
+        self._compacting = threading.Lock()
         self._mem = Partitions(dim)
         self._records_since_snapshot = 0
         self._snapshot_due = snapshot_every
@@ -420,7 +424,7 @@ class FactShard:
             StorageError: the compaction was not written; the user is as before. Or old files
                 could not be removed after it; the user is gone and a retry removes the files.
         """
-        with self._lock:
+        with self._compacting, self._lock:
             self._admit([user_id], write=True)
             count = len(self._mem.user_facts(user_id))
             inbox = self._inbox.erase_user(user_id)
@@ -493,18 +497,33 @@ class FactShard:
             self._maybe_snapshot()
 
     def drop_slots(self, slots: Collection[int], slot_count: int) -> int:
-        """Remove every trace of the users in ``slots`` (moved to another shard), files included
-        (as :meth:`erase_user` does); returns how many users went. Dropping twice is dropping once.
+        """Remove every trace of the users in ``slots`` (moved to another shard), files included,
+        as :meth:`erase_user` does; returns how many users went. Dropping twice is dropping once.
+
+        The shard serves other users meanwhile: the drop is logged and a new log segment begun
+        with its lock held, the snapshot without the users is encoded and written without it
+        (facts are replaced, never changed in place, so the list taken is one point in time),
+        then the older files go. Erases and purging snapshots wait for it.
 
         Raises:
-            StorageError: not written; the users are still here and a retry drops them.
+            StorageError: not written. When the log took the drop and the snapshot failed, the
+                users are gone but older files may still hold them: a retry writes the snapshot
+                and removes those files (a reshard's recovery drops again).
         """
-        with self._lock:
-            users = self._slot_users(slots, slot_count)
-            if not users:
-                return 0
-            self._inbox.drop(users)
-            self._write_snapshot(purge=True, without=users)
+        with self._compacting:
+            with self._lock:
+                users = self._slot_users(slots, slot_count)
+                self._inbox.drop(users)
+                ids = [fact.id for user in users for fact in self._mem.user_facts(user)]
+                if ids:
+                    self._log(wal.Op.DELETE, np.asarray(ids, dtype=np.int64).tobytes())
+                for user in users:
+                    self._mem.drop_user(user)
+                seq = self._rotate()
+                facts, vectors = self._mem.export()
+            snap.write_snapshot(self.directory, seq, self._encode(facts, vectors))
+            with self._lock:
+                self._prune(keep_from=seq, strays=True)
             return len(users)
 
     # ----------------------------------------------------------------- turn inbox
@@ -571,7 +590,7 @@ class FactShard:
         Returns:
             The new snapshot's sequence number.
         """
-        with self._lock:
+        with self._compacting if purge else contextlib.nullcontext(), self._lock:
             return self._write_snapshot(purge, without=())
 
     def backup(self, uri: str) -> dict[str, Any]:
@@ -609,6 +628,20 @@ class FactShard:
             shutil.rmtree(staging, ignore_errors=True)
         return {"seq": seq, "users": users, "facts": facts, "files": files}
 
+    def _rotate(self) -> int:
+        """Begin the next log segment (with the lock held); its number, which the snapshot of
+        the state as it stands now takes."""
+        seq = self._current_seq + 1
+        self._take_segment(wal.WalWriter(self.directory, seq), seq)
+        return seq
+
+    def _take_segment(self, new_wal: wal.WalWriter, seq: int) -> None:
+        self._wal.close()
+        self._wal = new_wal
+        self._current_seq = seq
+        self._records_since_snapshot = 0
+        self._snapshot_due = self._snapshot_every
+
     def _write_snapshot(self, purge: bool, without: Collection[str]) -> int:
         seq = self._current_seq + 1
         # The segment exists before the snapshot does, so a usable snapshot without its
@@ -623,11 +656,7 @@ class FactShard:
                 wal.segment_path(self.directory, seq).unlink()
             raise
         # From here the snapshot without the erased user is what a restart loads.
-        self._wal.close()
-        self._wal = new_wal
-        self._current_seq = seq
-        self._records_since_snapshot = 0
-        self._snapshot_due = self._snapshot_every
+        self._take_segment(new_wal, seq)
         for user_id in without:
             self._mem.drop_user(user_id)
         self._prune(keep_from=seq if purge else self._previous_snapshot(seq), strays=purge)
@@ -656,7 +685,9 @@ class FactShard:
             raise StorageError(f"cannot prune old files in {self.directory}: {exc}") from exc
 
     def _table(self, without: Collection[str] = ()) -> pa.Table:
-        facts, vectors = self._mem.export(without)
+        return self._encode(*self._mem.export(without))
+
+    def _encode(self, facts: list[Fact], vectors: np.ndarray) -> pa.Table:
         batch = facts_to_batch(facts, vectors, self.dim)
         return pa.Table.from_batches([batch], schema=fact_schema(self.dim))
 
