@@ -147,7 +147,8 @@ def cmd_shards(settings: Settings, args: argparse.Namespace) -> None:
         return
     svc = open_local_service(settings)
     try:
-        _print(svc.shards())
+        reshard = {"interrupted_goal": interrupted_goal(settings.storage.data_dir)}
+        _print({**svc.shards(), "reshard": reshard})
     finally:
         svc.close()
 

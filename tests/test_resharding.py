@@ -462,3 +462,26 @@ def test_no_file_of_a_shard_keeps_the_users_it_gave_away(tmp_path: Path) -> None
             assert (f"fact 1 of {user}".encode() in held) == here, (user, no)
             assert (f"hello from {user}".encode() in held) == (here and USERS.index(user) % 3 == 0)
     store.close()
+
+
+def test_the_cli_reshards_a_real_data_dir_and_its_status_says_so(tmp_path: Path) -> None:
+    def longmem(*args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "longmem", "--data-dir", str(tmp_path), *args],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    longmem("remember", "--user", "ana", "I sail on weekends")
+    added = json.loads(longmem("shards", "add", "2"))
+    assert (added["shards_before"], added["shards_after"]) == (4, 6)
+    status = json.loads(longmem("shards", "status"))
+    assert status["routing"]["version"] == added["routing_version"] and status["routing"]["slots"] == SLOTS
+    assert [s["shard"] for s in status["shards"]] == list(range(6))
+    assert sum(s["slots"] for s in status["shards"]) == SLOTS and status["reshard"] == {
+        "interrupted_goal": None
+    }
+    assert "I sail on weekends" in longmem("facts", "--user", "ana")
