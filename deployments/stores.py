@@ -11,7 +11,7 @@ table the others adopt.
 from __future__ import annotations
 
 import contextlib
-import itertools
+import re
 import time
 from collections.abc import Collection, Sequence
 from datetime import datetime
@@ -76,10 +76,10 @@ _SHARD_CALLS = _REPEATABLE | {
     "destroy",
 }
 _PROFILE_CALLS = frozenset({"get", "upsert", "delete", "erase_user", "users", "close", "health", "backup"})
-# Calls that copy whole files run on a thread of their own (the actor's "copy" concurrency
-# group): the owned store's lock holds writes only while they need holding, and every other
-# call goes on during the upload.
-_COPIES = frozenset({"backup"})
+# Calls that copy or rewrite whole files run on a thread of their own (the actor's "copy"
+# concurrency group): the owned store's lock holds writes only while they need holding, and every
+# other call goes on during a backup's upload or a reshard's new snapshot.
+_COPIES = frozenset({"backup", "drop_slots"})
 _COPY_GROUP = "copy"
 _RETRY_PAUSE_S = 0.25
 
@@ -87,6 +87,9 @@ _RETRY_PAUSE_S = 0.25
 def shard_actor_name(shard_no: int) -> str:
     """The Ray name of shard ``shard_no``'s actor."""
     return f"longmem-shard-{shard_no:04d}"
+
+
+_SHARD_ACTOR = re.compile(r"longmem-shard-(\d{4,})")
 
 
 PROFILE_ACTOR_NAME = "longmem-profile"
@@ -520,15 +523,23 @@ class ActorShards:
 
     def retire_from(self, shard_no: int) -> None:
         """Delete the files of shards ``shard_no`` and after, then end their actors for good."""
-        namespace = self._settings.serve.namespace
-        while True:
-            try:
-                actor = ray.get_actor(shard_actor_name(shard_no), namespace=namespace)
-            except ValueError:
-                return
-            ShardClient(actor, f"shard {shard_no}", *_timeouts(self._settings)).destroy()
-            ray.kill(actor, no_restart=True)
-            shard_no += 1
+        for number, actor in _shard_actors(self._settings):
+            if number >= shard_no:
+                ShardClient(actor, f"shard {number}", *_timeouts(self._settings)).destroy()
+                ray.kill(actor, no_restart=True)
+
+
+def _shard_actors(settings: Settings) -> list[tuple[int, ActorHandle]]:
+    """Every shard actor of the app's namespace that is there, by number (a reshard may have
+    left more than the table has, or gaps, if it was cut short)."""
+    namespace = settings.serve.namespace
+    found = []
+    for entry in ray.util.list_named_actors(all_namespaces=True):
+        match = _SHARD_ACTOR.fullmatch(entry["name"])
+        if entry["namespace"] == namespace and match is not None:
+            with contextlib.suppress(ValueError):  # ended since it was listed
+                found.append((int(match.group(1)), ray.get_actor(entry["name"], namespace=namespace)))
+    return sorted(found, key=lambda item: item[0])
 
 
 def open_profile(settings: Settings) -> ProfileClient:
@@ -555,14 +566,8 @@ def stop_stores(settings: Settings) -> list[str]:
     Returns:
         Problems met (an actor that was already gone is not one).
     """
-    # As many shards as the routing table has now (a reshard may have changed the count):
-    # shard actors are numbered from 0 without gaps.
-    actors = []
-    for name in (shard_actor_name(n) for n in itertools.count()):
-        try:
-            actors.append((name, ray.get_actor(name, namespace=settings.serve.namespace)))
-        except ValueError:
-            break
+    # As many shards as there are now (a reshard may have changed the count).
+    actors = [(shard_actor_name(number), actor) for number, actor in _shard_actors(settings)]
     with contextlib.suppress(ValueError):  # never started
         actors.append(
             (PROFILE_ACTOR_NAME, ray.get_actor(PROFILE_ACTOR_NAME, namespace=settings.serve.namespace))

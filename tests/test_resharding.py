@@ -21,10 +21,12 @@ from memory_core.errors import ConfigError, StorageError
 from memory_core.models import NewFact, Role, Turn
 from memory_core.routing import SLOTS, RoutingTable, shard_of
 from memory_core.settings import LimitSettings, StorageSettings, WorkingSettings
+from memory_core.store import resharding
 from memory_core.store.facts import LocalFactStore, shard_dir
 from memory_core.store.inbox import StoredAnswer
 from memory_core.store.profile import DuckDBProfileStore
 from memory_core.store.resharding import SLOTS_PER_MOVE
+from memory_core.store.shard import FactShard
 
 DIM = 8
 NOW = datetime(2026, 5, 1, tzinfo=UTC)
@@ -242,8 +244,10 @@ def test_kill_9_in_a_shrink_after_the_switch_deletes_the_emptied_shard_on_open(t
     killed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert shard_dir(tmp_path, 2).exists()
+    shard_dir(tmp_path, 5).mkdir()  # and one past a gap, as a shrink from 6 cut short leaves
     reopened = _open(tmp_path)
     assert len(reopened.shards) == 2 and not shard_dir(tmp_path, 2).exists()
+    assert not shard_dir(tmp_path, 5).exists()
     assert not (tmp_path / "reshard.json").exists()
     assert sum(_counts(reopened)) == total and _state(reopened) == expected
     reopened.close()
@@ -485,3 +489,46 @@ def test_the_cli_reshards_a_real_data_dir_and_its_status_says_so(tmp_path: Path)
         "interrupted_goal": None
     }
     assert "I sail on weekends" in longmem("facts", "--user", "ana")
+
+
+def test_a_switch_or_a_drop_that_fails_is_settled_when_the_reshard_resumes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = _open(tmp_path)
+    _fill(store)
+    expected, total = _state(store), sum(_counts(store))
+    write_table = resharding.write_routing
+    calls = []
+
+    def switch_fails_once(data_dir: Path, table: RoutingTable) -> None:
+        calls.append(table.version)
+        write_table(data_dir, table)  # the file is written, announcing it fails
+        if len(calls) == 2:
+            raise StorageError("the disk refused the directory's fsync")
+
+    monkeypatch.setattr(resharding, "write_routing", switch_fails_once)
+    with pytest.raises(StorageError, match="fsync"):
+        store.reshard(4)
+    assert any(shard.stats()["moving_slots"] for shard in store.shards)  # still fenced: no two owners
+    monkeypatch.undo()
+    drop = FactShard.drop_slots
+    failed = []
+
+    def drop_fails_once(self: FactShard, slots: list[int], slot_count: int) -> int:
+        if not failed:
+            failed.append(slots)
+            raise StorageError("no space left for the snapshot")
+        return drop(self, slots, slot_count)
+
+    monkeypatch.setattr(FactShard, "drop_slots", drop_fails_once)
+    with pytest.raises(StorageError, match="no space"):
+        store.reshard(4)  # resumes: settling the half-announced switch, the source's drop fails
+    assert failed
+    monkeypatch.undo()
+    store.reshard(4)  # resumes again: the failed drop is done now
+    assert not any(shard.stats()["moving_slots"] for shard in store.shards)
+    assert sum(_counts(store)) == total and _state(store) == expected
+    for no in range(4):  # no file keeps the users a shard gave away
+        held = b"".join(p.read_bytes() for p in shard_dir(tmp_path, no).rglob("*") if p.is_file())
+        assert all((f"fact 1 of {u}".encode() in held) == (store.routing.shard_of(u) == no) for u in USERS)
+    store.close()

@@ -381,11 +381,6 @@ class ShardedFactStore:
                         shard.adopt(self.routing)
                 if not moved:
                     time.sleep(_SETTLE_PAUSE_S)
-            except StorageError:
-                # A shard retired by a shrink is gone: only a newer table makes a retry right (a
-                # failed call on a shard that still owns the user is the caller's to see).
-                if not self.refresh():
-                    raise
 
     def refresh(self) -> bool:
         """Fetch the current shards and routing table when newer than the store's (a store
@@ -400,7 +395,22 @@ class ShardedFactStore:
 
     def _on(self, user_id: str, call: Callable[[ShardHandle], T]) -> T:
         """``call`` on the user's shard (see :meth:`_settled`)."""
-        return self._settled(lambda: call(self._shard(user_id)))
+
+        def attempt() -> T:
+            shard_no = self.routing.shard_of(user_id)
+            try:
+                return call(self.shards[shard_no])
+            except SlotMovingError:
+                raise
+            except StorageError as exc:
+                # A shard a shrink retired is gone, and took nothing since it adopted the table
+                # that gave its last slot away: route again. Any other failure is the caller's
+                # (the call may have been done: never repeated here).
+                if self.refresh() and shard_no >= self.routing.shards:
+                    raise StaleRoutingError(self.routing.version) from exc
+                raise
+
+        return self._settled(attempt)
 
     def add(self, new_facts: Sequence[NewFact], vectors: np.ndarray) -> list[Fact]:
         """Store facts durably; see :meth:`FactShard.add`.
@@ -509,7 +519,11 @@ class ShardedFactStore:
         self._on(user_id, lambda shard: shard.turns_done(user_id, seq))
 
     def pending_turns(self) -> list[PendingTurns]:
-        """Every shard's accepted batches not written yet."""
+        """Every shard's accepted batches not written yet. Each shard lists its own users' (not
+        a move's copies), by the current table: one that opened on an older one is given it."""
+        self.refresh()
+        for shard in self.shards:
+            shard.adopt(self.routing)
         return [batch for shard in self.shards for batch in shard.pending_turns()]
 
     def keep_answer(self, answer: StoredAnswer, forget_before: datetime) -> None:
@@ -595,10 +609,11 @@ class LocalFactStore(ShardedFactStore):
 
     def retire_from(self, shard_no: int) -> None:
         """Delete the directories of shards ``shard_no`` and after (closed already: they own no
-        slot and the store holds them no more)."""
-        while shard_dir(self._storage.data_dir, shard_no).exists():
-            shutil.rmtree(shard_dir(self._storage.data_dir, shard_no))
-            shard_no += 1
+        slot and the store holds them no more), all there are: a shrink cut short may have
+        deleted some."""
+        for directory in shard_dir(self._storage.data_dir, 0).parent.glob("shard-*"):
+            if int(directory.name.removeprefix("shard-")) >= shard_no:
+                shutil.rmtree(directory)
 
     def reshard(self, shards: int) -> ReshardReport:
         """Move slots so that ``shards`` shards hold them evenly (see

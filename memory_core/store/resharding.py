@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from memory_core.errors import ConfigError, LongmemError, ReshardBusyError, StorageError, ValidationError
-from memory_core.routing import RoutingTable, SlotMove, write_routing
+from memory_core.routing import RoutingTable, SlotMove, read_routing, write_routing
 from memory_core.store.fsutil import fsync_dir, write_atomically
 
 if TYPE_CHECKING:
@@ -123,10 +123,14 @@ class Resharder:
             StorageError: a drop was not written (recovering again retries it).
         """
         journal = _read(self.data_dir)
-        routing = self.store.routing
+        # The file is the switch: a coordinator that died after writing it left shard 0 (whose
+        # table the served store starts from) on the one before, and maybe shards unopened.
+        on_disk = read_routing(self.data_dir, self.store.routing.shards)
+        routing = on_disk if on_disk.version > self.store.routing.version else self.store.routing
+        self._announce(routing)  # a shard that restarted on an older table gets it too
         for shard in self.store.shards:
-            shard.adopt(routing)  # one that restarted on an older table
-            shard.unfence()  # the slots of a move whose coordinator died are settled below
+            shard.unfence()  # settled below: not switched, the source owns the slots again;
+            # switched, it has adopted the table above and refuses their users.
         if journal is None:
             return
         move = journal["move"]
@@ -153,17 +157,16 @@ class Resharder:
             raise ConfigError(
                 f"a reshard to {interrupted} shards was interrupted: finish it first (longmem shards resume)"
             )
+        self.recover()  # a move a failed step left (a drop to retry, a switch half announced)
         started = time.monotonic()
         before = self.store.routing.shards
         moves = self._steps(self.store.routing.plan(goal))  # checks goal before anything is written
         _write(self.data_dir, goal, None, self.store.routing.version)
         if goal > self.store.routing.shards:
-            grown = self.store.routing.resized(goal)
-            opened = [self._host.open_shard(i, grown) for i in range(len(self.store.shards), goal)]
-            self._switch(grown, opened)
+            self._switch(self.store.routing.resized(goal))
         done = [self._move(goal, move) for move in moves]
         if goal < self.store.routing.shards:
-            self._switch(self.store.routing.resized(goal), [])
+            self._switch(self.store.routing.resized(goal))
             self._host.retire_from(goal)
         self._finish()
         return ReshardReport(
@@ -185,27 +188,34 @@ class Resharder:
         source.fence(move.slots)
         try:
             copy = source.export_slots(move.slots, slot_count)
-            try:
-                target.import_slots(copy)
-            except StorageError:
-                target.drop_slots(move.slots, slot_count)
-                _write(self.data_dir, goal, None, self.store.routing.version)
-                raise
-            self._switch(self.store.routing.moved(move), [])
-            source.drop_slots(move.slots, slot_count)
-        finally:
+            target.import_slots(copy)
+        except StorageError:
+            target.drop_slots(move.slots, slot_count)  # not switched: the source still owns them
             source.unfence()
+            _write(self.data_dir, goal, None, self.store.routing.version)
+            raise
+        # A failure from here leaves the source fenced and the journal naming the move: the
+        # next recover() (a resume, a restart) settles it by the routing file.
+        self._switch(self.store.routing.moved(move))
+        source.drop_slots(move.slots, slot_count)
+        source.unfence()
         _write(self.data_dir, goal, None, self.store.routing.version)
         return MoveReport(move.source, move.target, len(move.slots), copy.users, copy.facts)
 
-    def _switch(self, table: RoutingTable, opened: list[ShardHandle]) -> None:
-        """Make ``table`` the routing (the file first: that is the switch), then tell the shards."""
+    def _switch(self, table: RoutingTable) -> None:
+        """Make ``table`` the routing: the file first (that is the switch), then the shards."""
         write_routing(self.data_dir, table)
+        self._announce(table)
+
+    def _announce(self, table: RoutingTable) -> None:
+        """Serve by ``table``: open the shards it adds, give it to every shard, close those it
+        drops (a shrink: they own nothing now)."""
+        opened = [self._host.open_shard(i, table) for i in range(len(self.store.shards), table.shards)]
         self.store.shards.extend(opened)
         for shard in self.store.shards:
             shard.adopt(table)
         self.store.routing = table
-        for shard in self.store.shards[table.shards :]:  # a shrink: they own nothing now
+        for shard in self.store.shards[table.shards :]:
             shard.close()
         del self.store.shards[table.shards :]
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import json
 import os
 import shutil
 import struct
@@ -45,12 +46,13 @@ from memory_core.store.arrow_codec import (
     ipc_to_table,
 )
 from memory_core.store.backup import upload
-from memory_core.store.fsutil import TEMP_SUFFIX, lock_directory
+from memory_core.store.fsutil import TEMP_SUFFIX, lock_directory, write_atomically
 from memory_core.store.inbox import InboxCopy, PendingTurns, StoredAnswer, TurnInbox
 from memory_core.store.partitions import Partitions
 from memory_core.validation import check_text, check_user_id, check_vectors
 
 _STAGING = ".backup-"  # a backup's staged copy inside the shard directory, removed after upload
+_FENCE = "FENCE"  # the slots of a move in flight from this shard, whose writes are refused
 
 
 @dataclass(frozen=True)
@@ -125,13 +127,16 @@ class FactShard:
         self._snapshot_failures = 0
         self.routing = routing  # None: any user (a shard opened alone)
         self._shard_no = shard_no
-        self._moving: frozenset[int] = frozenset()  # slots whose writes are refused during a move
         try:
             directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StorageError(f"cannot create shard directory {directory}: {exc}") from exc
         # Two writers on one log would interleave records: the second opener is refused.
         self._dir_lock = lock_directory(directory)
+        # A move this shard was the source of, and that its process died in, holds until the
+        # reshard settles it.
+        fence = directory / _FENCE
+        self._moving: frozenset[int] = frozenset(json.loads(fence.read_text()) if fence.exists() else ())
         # A backup the process died in has left its staged copy; the backup itself has no
         # manifest, so nothing reads it.
         for staged in directory.glob(f"{_STAGING}*"):
@@ -454,13 +459,27 @@ class FactShard:
 
     def fence(self, slots: Collection[int]) -> None:
         """Refuse writes of the users in ``slots`` (SlotMovingError: the store retries them) until
-        :meth:`unfence`; every write already running has finished when this returns."""
+        :meth:`unfence`, across a restart too (the fence is a file in the shard's directory);
+        every write already running has finished when this returns.
+
+        Raises:
+            StorageError: the fence was not written; writes are taken as before.
+        """
         with self._lock:
+            write_atomically(self.directory / _FENCE, lambda h: h.write(json.dumps(sorted(slots)).encode()))
             self._moving = frozenset(slots)
 
     def unfence(self) -> None:
-        """Take writes of every slot the shard owns again."""
+        """Take writes of every slot the shard owns again.
+
+        Raises:
+            StorageError: the fence file could not be removed (writes stay refused).
+        """
         with self._lock:
+            try:
+                (self.directory / _FENCE).unlink(missing_ok=True)
+            except OSError as exc:
+                raise StorageError(f"cannot lift the fence of {self.directory}: {exc}") from exc
             self._moving = frozenset()
 
     def _slot_users(self, slots: Collection[int], slot_count: int) -> set[str]:
@@ -565,8 +584,12 @@ class FactShard:
             self._inbox.done(user_id, seq)
 
     def pending_turns(self) -> list[PendingTurns]:
-        """The batches accepted and not written yet, in the order they were accepted."""
-        return self._inbox.pending()
+        """The batches accepted and not written yet, in the order they were accepted (of the
+        users this shard owns: not the copies a move in flight has imported before its switch)."""
+        with self._lock:
+            table, here = self.routing, self._shard_no
+            batches = self._inbox.pending()
+        return [b for b in batches if table is None or table.shard_of(b.user_id) == here]
 
     def keep_answer(self, answer: StoredAnswer, forget_before: datetime) -> None:
         """Keep the answer to a call with an idempotency key (see :meth:`TurnInbox.keep_answer`)."""
