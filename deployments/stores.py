@@ -443,27 +443,31 @@ def open_fact_store(settings: Settings, dim: int, embedder: str) -> ShardedFactS
     """Every shard actor of the data dir, routed by its table, which the store fetches again
     from shard 0 when a shard says a reshard moved a user."""
 
-    shards = open_shards(settings, dim, embedder)
-    first = shards[0]  # a shrink never retires shard 0
+    first = open_shard(settings, dim, embedder, 0, settings.storage.shards)  # never retired
 
     def newer(known: RoutingTable) -> tuple[list[ShardHandle], RoutingTable] | None:
         routing = first.routing()
         if routing.version == known.version:
             return None
-        more = [open_shard(settings, dim, embedder, n, routing.shards) for n in range(1, routing.shards)]
-        return [first, *more], routing
+        return list(_with_the_rest(settings, dim, embedder, first, routing.shards)), routing
 
-    return ShardedFactStore(
-        list(shards), settings.limits, first.routing(), newer, settings.serve.call_timeout_s
-    )
+    routing = first.routing()
+    shards = _with_the_rest(settings, dim, embedder, first, routing.shards)
+    return ShardedFactStore(list(shards), settings.limits, routing, newer, settings.serve.call_timeout_s)
 
 
 def open_shards(settings: Settings, dim: int, embedder: str) -> list[ShardClient]:
     """Get (creating on first use) every shard actor of the data dir, in routing order: as many
     as its routing table says (``storage.shards`` for a new data dir)."""
     first = open_shard(settings, dim, embedder, 0, settings.storage.shards)
-    count = first.routing().shards
-    return [first] + [open_shard(settings, dim, embedder, n, count) for n in range(1, count)]
+    return _with_the_rest(settings, dim, embedder, first, first.routing().shards)
+
+
+def _with_the_rest(
+    settings: Settings, dim: int, embedder: str, first: ShardClient, count: int
+) -> list[ShardClient]:
+    """Shard 0's client and those of shards 1 to ``count - 1`` (opened on first use)."""
+    return [first, *(open_shard(settings, dim, embedder, n, count) for n in range(1, count))]
 
 
 def open_shard(

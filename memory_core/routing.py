@@ -83,7 +83,8 @@ class RoutingTable:
             owners[slot] = move.target
         return RoutingTable(self.version + 1, self.shards, tuple(owners))
 
-    def _check(self, shards: int) -> None:
+    def check(self, shards: int) -> None:
+        """Raise ConfigError unless the data dir can have ``shards`` shards (1 to its slots)."""
         if not 1 <= shards <= len(self.owners):
             raise ConfigError(
                 f"{shards} shards: a data dir of {len(self.owners)} slots has 1 to {len(self.owners)}"
@@ -91,7 +92,7 @@ class RoutingTable:
 
     def resized(self, shards: int) -> RoutingTable:
         """The next version with ``shards`` shards; a shard dropped must own no slot."""
-        self._check(shards)
+        self.check(shards)
         if any(owner >= shards for owner in self.owners):
             raise ValueError(f"shards from {shards} on still own slots")
         return RoutingTable(self.version + 1, shards, self.owners)
@@ -100,7 +101,7 @@ class RoutingTable:
         """The moves that spread the slots evenly over ``shards`` shards (growing or shrinking),
         moving as few slots as can be: each shard keeps what it may and the rest go, one move per
         (source, target) pair."""
-        self._check(shards)
+        self.check(shards)
         base, extra = divmod(len(self.owners), shards)
         quota = [base + (shard < extra) for shard in range(shards)]
         held: dict[int, list[int]] = {}

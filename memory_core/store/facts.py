@@ -374,11 +374,13 @@ class ShardedFactStore:
                     raise StorageError(
                         f"the user's shard did not settle in {self._settle_s:g} s: {exc}"
                     ) from exc
-                moved = isinstance(exc, StaleRoutingError) and self.refresh()
-                if isinstance(exc, StaleRoutingError) and exc.version < self.routing.version:
-                    # A shard that restarted on an older table (restored on a new node, say).
-                    for shard in self.shards:
-                        shard.adopt(self.routing)
+                moved = False
+                if isinstance(exc, StaleRoutingError):
+                    moved = self.refresh()
+                    if exc.version < self.routing.version:
+                        # A shard that restarted on an older table (restored on a new node, say).
+                        for shard in self.shards:
+                            shard.adopt(self.routing)
                 if not moved:
                     time.sleep(_SETTLE_PAUSE_S)
 

@@ -143,6 +143,16 @@ class Resharder:
         if journal["goal"] == routing.shards and not routing.plan(routing.shards):
             self._finish()
 
+    def check(self, goal: int) -> None:
+        """Raise ConfigError unless a reshard to ``goal`` shards may start: a shard count this
+        data dir can have, and no other reshard interrupted."""
+        interrupted = interrupted_goal(self.data_dir)
+        if interrupted is not None and interrupted != goal:
+            raise ConfigError(
+                f"a reshard to {interrupted} shards was interrupted: finish it first (longmem shards resume)"
+            )
+        self.store.routing.check(goal)
+
     def reshard(self, goal: int) -> ReshardReport:
         """Spread the slots evenly over ``goal`` shards.
 
@@ -152,11 +162,7 @@ class Resharder:
             StorageError: a step was not written; the data dir is consistent (the move in flight
                 is rolled back) and resharding to the same goal goes on.
         """
-        interrupted = interrupted_goal(self.data_dir)
-        if interrupted is not None and interrupted != goal:
-            raise ConfigError(
-                f"a reshard to {interrupted} shards was interrupted: finish it first (longmem shards resume)"
-            )
+        self.check(goal)
         self.recover()  # a move a failed step left (a drop to retry, a switch half announced)
         started = time.monotonic()
         before = self.store.routing.shards
@@ -250,10 +256,10 @@ class ReshardRunner:
         goal = routing.shards + add - remove if add or remove else interrupted
         if goal is None:
             raise ValidationError("say how many shards to add or remove (no reshard was interrupted)")
-        if not 1 <= goal <= len(routing.owners):
-            raise ValidationError(f"{goal} shards: this store has 1 to {len(routing.owners)}")
-        if interrupted is not None and interrupted != goal:
-            raise ValidationError(f"a reshard to {interrupted} shards was interrupted: resume it first")
+        try:
+            self._resharder.check(goal)
+        except ConfigError as exc:  # the caller's count: bad input here
+            raise ValidationError(str(exc)) from exc
         with self._lock:
             if self._thread is not None and self._thread.is_alive():
                 raise ReshardBusyError(self._status["goal"])
