@@ -7,6 +7,7 @@ import shutil
 import time
 from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
+from operator import methodcaller
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -398,21 +399,22 @@ class ShardedFactStore:
     def _on(self, user_id: str, call: Callable[[ShardHandle], T]) -> T:
         """``call`` on the user's shard (see :meth:`_settled`)."""
 
-        def attempt() -> T:
-            shard_no = self.routing.shard_of(user_id)
-            try:
-                return call(self.shards[shard_no])
-            except SlotMovingError:
-                raise
-            except StorageError as exc:
-                # A shard a shrink retired is gone, and took nothing since it adopted the table
-                # that gave its last slot away: route again. Any other failure is the caller's
-                # (the call may have been done: never repeated here).
-                if self.refresh() and shard_no >= self.routing.shards:
-                    raise StaleRoutingError(self.routing.version) from exc
-                raise
+        return self._settled(lambda: self._at(self.routing.shard_of(user_id), call))
 
-        return self._settled(attempt)
+    def _at(self, shard_no: int, call: Callable[[ShardHandle], T]) -> T:
+        """``call`` on shard ``shard_no``; StaleRoutingError when a shrink has retired it."""
+        try:
+            return call(self.shards[shard_no])
+        except SlotMovingError:
+            raise
+        except StorageError as exc:
+            # A shard a shrink retired is gone, and took nothing since it adopted the table that
+            # gave its last slot away: route again. Any other failure is the caller's (the call
+            # may have been done: never repeated here).
+            self.refresh()  # another call may have fetched the newer table already
+            if shard_no >= self.routing.shards:
+                raise StaleRoutingError(self.routing.version) from exc
+            raise
 
     def add(self, new_facts: Sequence[NewFact], vectors: np.ndarray) -> list[Fact]:
         """Store facts durably; see :meth:`FactShard.add`.
@@ -426,11 +428,14 @@ class ShardedFactStore:
         return self._settled(lambda: self._add(new_facts, vectors))
 
     def _add(self, new_facts: Sequence[NewFact], vectors: np.ndarray) -> list[Fact]:
+        if not new_facts:
+            return []
         rows_by_shard: dict[int, list[int]] = {}
         for row, fact in enumerate(new_facts):
             rows_by_shard.setdefault(self.routing.shard_of(fact.user_id), []).append(row)
-        if len(rows_by_shard) <= 1:
-            return self._shard(new_facts[0].user_id).add(new_facts, vectors) if new_facts else []
+        if len(rows_by_shard) == 1:
+            [shard_no] = rows_by_shard
+            return self._at(shard_no, lambda shard: shard.add(new_facts, vectors))
         matrix = np.asarray(vectors)
         if matrix.ndim != 2 or matrix.shape[0] != len(new_facts):
             raise InvalidVectorError(f"expected {len(new_facts)} rows, got shape {matrix.shape}")
@@ -440,7 +445,8 @@ class ShardedFactStore:
         stored: list[Fact | None] = [None] * len(new_facts)
         for shard_no, rows in rows_by_shard.items():
             try:
-                written = self.shards[shard_no].add([new_facts[r] for r in rows], matrix[rows])
+                add = methodcaller("add", [new_facts[r] for r in rows], matrix[rows])
+                written = self._at(shard_no, add)
             except (StorageError, StaleRoutingError):
                 self._undo_add([f for f in stored if f is not None])
                 raise
