@@ -32,7 +32,7 @@ APP_NAME = "longmem"
 
 
 def build_app(settings: Settings) -> Application:
-    """Ingress over embedder and LLM deployments (shard, profile, writer and sweeper actors are
+    """Ingress over embedder and LLM deployments (shard, writer and sweeper actors are
     created by the ingress on first start and found by name afterwards).
 
     Raises:

@@ -108,7 +108,6 @@ class Ingress:
         report: dict[str, Any] = {"shards": [], "ok": True}
         for shard_no, shard in enumerate(self._shards):
             report["shards"].append(_probe(lambda s=shard: _shard_ok(s), f"shard {shard_no}"))
-        report["profile_store"] = _probe(lambda: service.profiles.health()["duckdb_open"], "profile store")  # type: ignore[attr-defined]
         # Texts to store always go to the deployment: probe it, not a local question embedder.
         embedder = service.embedder
         report["embedder"] = _probe(
@@ -118,7 +117,6 @@ class Ingress:
         report["writers"] = _probe(lambda: bool(self._writes.health()), "writers")
         parts = [
             *report["shards"],
-            report["profile_store"],
             report["embedder"],
             report["llm"],
             report["writers"],
@@ -129,7 +127,7 @@ class Ingress:
 
 def _shard_ok(shard: ShardClient) -> bool:
     health = shard.health()
-    return bool(health["log_writable"])
+    return bool(health["log_writable"] and health["profile_open"])
 
 
 def _probe(check: Any, label: str) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from ray.serve.handle import DeploymentHandle
 
 from deployments.embedder import RemoteEmbedder
 from deployments.llm import RemoteEngine
-from deployments.stores import open_fact_store, open_profile
+from deployments.stores import open_fact_store
 from memory_core.embedding import Embedder
 from memory_core.llm.structured import StructuredLLM
 from memory_core.service import MemoryService
@@ -23,7 +23,7 @@ def remote_service(
     llm_name: str,
     queries: Embedder | None = None,
 ) -> MemoryService:
-    """A service whose facts are the shard actors, whose profiles the profile actor, whose
+    """A service whose facts and profiles are the shard actors', whose
     embedder and LLM the deployments (``*_info`` / ``llm_name``: what their ``info()`` and
     ``name()`` answered, fetched by the caller, sync or async); ``queries`` embeds recall
     questions in this process.
@@ -36,6 +36,5 @@ def remote_service(
         settings,
         remote_embedder,
         open_fact_store(settings, remote_embedder.dim, remote_embedder.name),
-        open_profile(settings),
         llm=StructuredLLM(RemoteEngine(llm, llm_name)),
     )

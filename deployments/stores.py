@@ -1,8 +1,9 @@
-"""Fact-shard and profile-store actors, and the clients the ingress and jobs use to reach them.
+"""Fact-shard actors, and the clients the ingress and jobs use to reach them.
 
-Each actor owns its files (one shard directory, or the DuckDB profile file, which allows one
-read-write process). They are named, detached and restarted by Ray when they die: the
-constructor reopens the files, so a restarted actor serves every acknowledged write.
+Each actor owns its files: one shard directory, with the facts, turns and profile entries (a
+DuckDB file, which allows one read-write process) of the shard's users. They are named,
+detached and restarted by Ray when they die: the constructor reopens the files, so a restarted
+actor serves every acknowledged write.
 Routing is by the data dir's routing table (``memory_core.routing``), never by Serve's replica
 choice: shard ``i`` is always the actor named ``longmem-shard-000i``, and shard 0 holds the
 table the others adopt.
@@ -29,7 +30,6 @@ from memory_core.routing import RoutingTable, read_routing, write_routing
 from memory_core.settings import LimitSettings, Settings
 from memory_core.store.facts import ShardedFactStore, ShardHandle, open_manifest, shard_dir
 from memory_core.store.inbox import PendingTurns, StoredAnswer
-from memory_core.store.profile import DuckDBProfileStore
 from memory_core.store.shard import FactShard, SlotCopy, UserErasure
 
 # Calls the clients may repeat after an actor restart: reads change nothing, and an erase
@@ -51,9 +51,12 @@ _REPEATABLE = frozenset(
         "pending_turns",
         "answer",
         "window",
-        # Marking a batch done, or keeping an answer, twice is doing it once.
+        "profile",
+        "profile_users",
+        # Marking a batch done, keeping an answer, or storing entries as they were, twice is once.
         "turns_done",
         "keep_answer",
+        "take_profile",
         # A reshard's steps: an export reads, the others leave the same state when repeated.
         "export_slots",
         "drop_slots",
@@ -74,8 +77,9 @@ _SHARD_CALLS = _REPEATABLE | {
     "backup",
     "import_slots",
     "destroy",
+    "set_profile",
+    "delete_profile",
 }
-_PROFILE_CALLS = frozenset({"get", "upsert", "delete", "erase_user", "users", "close", "health", "backup"})
 # Calls that copy or rewrite whole files run on a thread of their own (the actor's "copy"
 # concurrency group): the owned store's lock holds writes only while they need holding, and every
 # other call goes on during a backup's upload or a reshard's new snapshot.
@@ -92,7 +96,8 @@ def shard_actor_name(shard_no: int) -> str:
 _SHARD_ACTOR = re.compile(r"longmem-shard-(\d{4,})")
 
 
-PROFILE_ACTOR_NAME = "longmem-profile"
+# The one profile actor of apps from before profiles lived in the shards (stopped on upgrade).
+_OLD_PROFILE_ACTOR = "longmem-profile"
 
 
 class OwnerActor:
@@ -189,7 +194,7 @@ def shard_resource(placement: Sequence[str], shard_no: int) -> str | None:
 
 
 def shard_data_dir(settings: Settings, shard_no: int) -> Path:
-    """The data dir that holds shard ``shard_no`` on its node (the profile store's: shard 0's)."""
+    """The data dir that holds shard ``shard_no`` on its node."""
     resource = shard_resource(settings.serve.shard_resources, shard_no)
     found = settings.storage.node_data_dirs.get(resource or "", settings.storage.data_dir)
     return found.resolve()
@@ -207,19 +212,6 @@ def _check_no_stray_shards(root: Path, shard_no: int, shards: int, placement: li
             f"{root} on this node ({here}) holds shard {strays[0]}, which serve.shard_resources places on "
             f"{shard_resource(placement, strays[0])}: restore the placement the data dir was made with"
         )
-
-
-class ProfileActor(StoreActor):
-    """The profile store's single owner of its DuckDB file."""
-
-    _allowed = _PROFILE_CALLS
-
-    def __init__(self, data_dir: str, limits: LimitSettings) -> None:
-        self._target = DuckDBProfileStore(Path(data_dir) / "profile.duckdb", limits)
-
-    def health(self) -> dict[str, Any]:
-        """DuckDB open and answering."""
-        return {"duckdb_open": self._target.ping(), "path": str(self._target.path)}
 
 
 class ActorClient:
@@ -329,6 +321,23 @@ class ShardClient(ActorClient):
     def answer(self, user_id: str, key: str, since: datetime) -> StoredAnswer | None:
         return self._call("answer", user_id, key, since)  # type: ignore[no-any-return]
 
+    def profile(self, user_id: str) -> list[ProfileEntry]:
+        return self._call("profile", user_id)  # type: ignore[no-any-return]
+
+    def set_profile(
+        self, user_id: str, text: str, source: str, at: datetime, key: str | None = None
+    ) -> ProfileEntry:
+        return self._call("set_profile", user_id, text, source, at, key)  # type: ignore[no-any-return]
+
+    def delete_profile(self, user_id: str, key: str) -> None:
+        self._call("delete_profile", user_id, key)
+
+    def take_profile(self, user_id: str, entries: Sequence[ProfileEntry]) -> None:
+        self._call("take_profile", user_id, list(entries))
+
+    def profile_users(self, tenant: str, after: str, limit: int) -> list[tuple[str, int]]:
+        return self._call("profile_users", tenant, after, limit)  # type: ignore[no-any-return]
+
     def backup(self, uri: str) -> dict[str, Any]:
         # The copy runs on the shard's node and may take a while: the load timeout bounds it.
         return self._call("backup", uri, timeout_s=self._long_timeout_s)  # type: ignore[no-any-return]
@@ -374,40 +383,9 @@ class ShardClient(ActorClient):
         self._call("close")
 
 
-class ProfileClient(ActorClient):
-    """The profile actor seen as a :class:`~memory_core.store.profile.ProfileStore`."""
-
-    def get(self, user_id: str) -> list[ProfileEntry]:
-        return self._call("get", user_id)  # type: ignore[no-any-return]
-
-    def upsert(
-        self, user_id: str, text: str, source: str, at: datetime, key: str | None = None
-    ) -> ProfileEntry:
-        return self._call("upsert", user_id, text, source, at, key)  # type: ignore[no-any-return]
-
-    def delete(self, user_id: str, key: str) -> None:
-        self._call("delete", user_id, key)
-
-    def users(self, tenant: str, after: str, limit: int) -> list[tuple[str, int]]:
-        return self._call("users", tenant, after, limit)  # type: ignore[no-any-return]
-
-    def erase_user(self, user_id: str) -> int:
-        return self._call("erase_user", user_id)  # type: ignore[no-any-return]
-
-    def backup(self, uri: str) -> dict[str, Any]:
-        return self._call("backup", uri, timeout_s=self._long_timeout_s)  # type: ignore[no-any-return]
-
-    def health(self, timeout_s: float | None = None) -> dict[str, Any]:
-        """DuckDB open and answering."""
-        return self._call("health", timeout_s=timeout_s)  # type: ignore[no-any-return]
-
-    def close(self) -> None:
-        self._call("close")
-
-
 def actor_options(settings: Settings, name: str, data: int | None = 0) -> dict[str, Any]:
-    """Ray options of a named store or writer actor; one that owns shard ``data``'s files (the
-    profile store goes with shard 0) goes where ``serve.shard_resources`` says, None anywhere."""
+    """Ray options of a named store or writer actor; one that owns shard ``data``'s files goes
+    where ``serve.shard_resources`` says, None anywhere."""
     return {
         "name": name,
         "namespace": settings.serve.namespace,
@@ -546,24 +524,6 @@ def _shard_actors(settings: Settings) -> list[tuple[int, ActorHandle]]:
     return sorted(found, key=lambda item: item[0])
 
 
-def open_profile(settings: Settings) -> ProfileClient:
-    """Get (creating on first use) the profile actor.
-
-    Raises:
-        ConfigError: the named actor serves another data dir's profile file.
-    """
-    actor = (
-        _owner(ProfileActor)
-        .options(**actor_options(settings, PROFILE_ACTOR_NAME))
-        .remote(str(shard_data_dir(settings, 0)), settings.limits)
-    )
-    client = ProfileClient(actor, "profile store", *_timeouts(settings))
-    expected = str(shard_data_dir(settings, 0) / "profile.duckdb")
-    if client.health(settings.serve.load_timeout_s)["path"] != expected:
-        raise ConfigError(f"actor {PROFILE_ACTOR_NAME} owns another data dir's profile, not {expected}")
-    return client
-
-
 def stop_stores(settings: Settings) -> list[str]:
     """Close every store actor's files cleanly, then end the actors (no restart).
 
@@ -572,9 +532,9 @@ def stop_stores(settings: Settings) -> list[str]:
     """
     # As many shards as there are now (a reshard may have changed the count).
     actors = [(shard_actor_name(number), actor) for number, actor in _shard_actors(settings)]
-    with contextlib.suppress(ValueError):  # never started
+    with contextlib.suppress(ValueError):  # none (only an app from before profiles lived in shards)
         actors.append(
-            (PROFILE_ACTOR_NAME, ray.get_actor(PROFILE_ACTOR_NAME, namespace=settings.serve.namespace))
+            (_OLD_PROFILE_ACTOR, ray.get_actor(_OLD_PROFILE_ACTOR, namespace=settings.serve.namespace))
         )
     problems = []
     for name, actor in actors:

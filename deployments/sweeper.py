@@ -17,13 +17,12 @@ from deployments.stores import (
     actor_options,
     data_placement,
     open_fact_store,
-    open_profile,
     shard_data_dir,
 )
 from memory_core.backups import BackupSchedule, take_backup
 from memory_core.errors import ConfigError, LongmemError, StorageError
 from memory_core.settings import Settings
-from memory_core.store.facts import read_manifest
+from memory_core.store.facts import move_root_profiles, read_manifest
 from memory_core.store.resharding import Resharder, ReshardRunner
 from memory_core.sweep import SweepLog, SweepRecord, SweepRunner, SweepScheduler, SweepTrigger
 
@@ -50,6 +49,8 @@ class SweeperActor:
         # A reshard this actor died in is settled before anything else runs on the shards.
         resharder = Resharder(shard_data_dir(settings, 0), facts, ActorShards(settings, dim, embedder))
         resharder.recover()
+        # Before the ingress and the writers serve anything (they wait for this actor to start).
+        move_root_profiles(shard_data_dir(settings, 0), facts, settings.limits)
         self._reshards = ReshardRunner(resharder)
         log = SweepLog.for_data_dir(shard_data_dir(settings, 0), settings.sweep.log_keep)
         # Shard clients turn a dead or slow actor into StorageError, which the runner retries.
@@ -59,9 +60,8 @@ class SweeperActor:
         self._backups: BackupSchedule | None = None
         uri = settings.storage.backup_uri
         if uri is not None and settings.storage.backup_every > timedelta(0):
-            profiles = open_profile(settings)
             self._backups = BackupSchedule(
-                lambda at: take_backup(facts, profiles, dim, embedder, uri, at), settings.storage.backup_every
+                lambda at: take_backup(facts, dim, embedder, uri, at), settings.storage.backup_every
             )
         self._started = False
 

@@ -14,6 +14,9 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 from pydantic import BaseModel, Field
 
 from memory_core.clock import Clock
@@ -45,8 +48,8 @@ from memory_core.store.facts import (
     restore_scratch,
     shard_dir,
 )
-from memory_core.store.profile import DuckDBProfileStore, ProfileStore
-from memory_core.store.shard import FactShard
+from memory_core.store.profile import DuckDBProfileStore
+from memory_core.store.shard import PROFILE_DB, FactShard
 from memory_core.sweep.schedule import Scheduler, every_period
 
 # Erasures recorded up to this long before a backup began are applied again by its restore: the
@@ -61,6 +64,7 @@ class ShardCopy(BaseModel):
     seq: int = Field(description="The shard's snapshot sequence number in the backup.")
     users: int
     facts: int
+    profile_entries: int = Field(default=0, description="The profile entries of the shard's users.")
     files: FileSums = Field(description="Each file of the shard's copy: its bytes and CRC-32.")
 
 
@@ -71,8 +75,11 @@ class BackupRecord(BaseModel):
     uri: str = Field(description="Where it is (credentials left out): restore from this URI.")
     created_at: datetime
     shards: list[ShardCopy]
-    profile_entries: int
-    profile_files: FileSums
+    profile_entries: int = Field(
+        description="Every shard's profile entries (before profiles lived in the shards: the one "
+        "profile file's, listed in profile_files)."
+    )
+    profile_files: FileSums = Field(default_factory=dict)
     dim: int
     embedder: str
     seconds: float = Field(description="How long the backup (or the restore) took.")
@@ -92,10 +99,8 @@ class BackupRecord(BaseModel):
         return sum(entry["bytes"] for files in parts for entry in files.values())
 
 
-def take_backup(
-    facts: FactStore, profiles: ProfileStore, dim: int, embedder: str, uri: str, at: datetime
-) -> BackupRecord:
-    """Copy every shard, then the profile store, to a new directory under ``uri``; check that
+def take_backup(facts: FactStore, dim: int, embedder: str, uri: str, at: datetime) -> BackupRecord:
+    """Copy every shard (facts, profiles, turns) to a new directory under ``uri``; check that
     every file is there as this process sees it, then write the manifest.
 
     Raises:
@@ -109,21 +114,18 @@ def take_backup(
     facts.refresh()
     routing = facts.routing
     shards = [ShardCopy(shard=no, **copy) for no, copy in enumerate(facts.backup(target))]
-    profile = profiles.backup(target)
     # Shards are copied one after another: a slot moved between two copies would be in both, or
     # in neither. Such a backup gets no manifest, so it is never restored.
     if any(shard["moving_slots"] for shard in facts.health()) or facts.routing.version != routing.version:
         raise StorageError("a reshard moved slots while the backup ran: back up again once it is over")
     for copy in shards:
         check_visible(join_uri(target, shard_part(copy.shard)), copy.files)
-    check_visible(target, profile["files"])
     record = BackupRecord(
         id=ident,
         uri=redact_uri(target),
         created_at=at,
         shards=shards,
-        profile_entries=profile["entries"],
-        profile_files=profile["files"],
+        profile_entries=sum(copy.profile_entries for copy in shards),
         dim=dim,
         embedder=embedder,
         seconds=round(time.perf_counter() - began, 3),
@@ -186,7 +188,7 @@ def restore_backup(
 ) -> BackupRecord:
     """Rebuild ``data_dir`` from the backup at ``uri``, or from the newest complete one under it,
     every file checked against the backup's listing: the whole data dir (new or empty), or only
-    ``shards`` (a node that held them died; the profile store goes with shard 0) beside the
+    ``shards`` (a node that held them died) beside the
     shards other nodes hold. A marker written first and removed last keeps a restore cut short
     from being opened; running the restore again clears what it wrote and starts over.
 
@@ -202,15 +204,33 @@ def restore_backup(
     wanted = held if shards is None else set(shards)
     if not wanted <= held:
         raise ConfigError(f"backup {record.uri} holds shards {sorted(held)}, not {sorted(wanted - held)}")
-    with_profile = 0 in wanted
-    profile_path = data_dir / "profile.duckdb"
-    owned = [shard_dir(data_dir, no) for no in sorted(wanted)] + ([profile_path] if with_profile else [])
+    owned = [shard_dir(data_dir, no) for no in sorted(wanted)]
     if not restore_marker(data_dir).exists():
         _check_free(data_dir, record, owned, whole=shards is None)
     begin_restore(data_dir, owned)
     for copy in record.shards:
         if copy.shard in wanted:
-            download(join_uri(chosen, shard_part(copy.shard)), copy.files, shard_dir(data_dir, copy.shard))
+            directory = shard_dir(data_dir, copy.shard)
+            download(join_uri(chosen, shard_part(copy.shard)), copy.files, directory)
+            if PROFILE_FILE in copy.files:
+                staged = directory / PROFILE_FILE
+                _load_profiles(directory, pq.read_table(staged), copy.profile_entries, limits)
+                staged.unlink()
+    if record.profile_files:
+        # A backup from before profiles lived in the shards: its one file, split by the routing.
+        download(chosen, record.profile_files, restore_scratch(data_dir))
+        table = pq.read_table(restore_scratch(data_dir) / PROFILE_FILE)
+        routing = RoutingTable.from_json(record.routing) if record.routing else None
+        routing = routing or RoutingTable.legacy(len(record.shards))
+        owners = np.array([routing.shard_of(user) for user in table.column("user_id").to_pylist()])
+        if shards is None and table.num_rows != record.profile_entries:
+            listed = record.profile_entries
+            raise StorageError(
+                f"backup {record.uri} lists {listed} profile entries, its file {table.num_rows}"
+            )
+        for no in sorted(wanted):
+            mine = table.filter(pa.array(owners == no, type=pa.bool_()))
+            _load_profiles(shard_dir(data_dir, no), mine, mine.num_rows, limits)
     erased = erasures_since(parent_uri(chosen), record.created_at - CLOCK_SLACK)
     again: set[str] = set()
     # Opening a shard loads all of it: only done when someone was erased since the backup.
@@ -220,18 +240,6 @@ def restore_backup(
             again |= _erase_again(shard, erased)
         finally:
             shard.close()
-    if with_profile:
-        download(chosen, record.profile_files, restore_scratch(data_dir))
-        profiles = DuckDBProfileStore(profile_path, limits)
-        try:
-            loaded = profiles.restore(restore_scratch(data_dir) / PROFILE_FILE)
-            again |= _erase_again(profiles, erased)
-        finally:
-            profiles.close()
-        if loaded != record.profile_entries:
-            raise StorageError(
-                f"backup {record.uri} lists {record.profile_entries} profile entries, its file {loaded}"
-            )
     if record.routing is not None and shards is None:
         write_routing(data_dir, RoutingTable.from_json(record.routing))
     finish_restore(data_dir, len(record.shards), record.dim, record.embedder)
@@ -240,7 +248,24 @@ def restore_backup(
     )
 
 
-def _erase_again(store: FactShard | DuckDBProfileStore, erased: set[str]) -> set[str]:
+def _load_profiles(directory: Path, table: pa.Table, expected: int, limits: LimitSettings) -> None:
+    """Load a backup's profile entries into the new profile file of the shard in ``directory``.
+
+    Raises:
+        StorageError: not loaded, or not as many entries as the backup lists.
+    """
+    profiles = DuckDBProfileStore(directory / PROFILE_DB, limits)
+    try:
+        loaded = profiles.restore(table)
+    finally:
+        profiles.close()
+    if loaded != expected:
+        raise StorageError(
+            f"the backup lists {expected} profile entries of {directory.name}, its file {loaded}"
+        )
+
+
+def _erase_again(store: FactShard, erased: set[str]) -> set[str]:
     """Erase from ``store`` the users whose :func:`erasure_key` is in ``erased``; who they were."""
     found = {user for user in store.user_ids() if erasure_key(user) in erased}
     for user in sorted(found):

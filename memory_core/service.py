@@ -20,7 +20,6 @@ from memory_core.recall import Recaller
 from memory_core.settings import Settings
 from memory_core.store.backup import record_erasure
 from memory_core.store.facts import FactStore, LocalFactStore
-from memory_core.store.profile import DuckDBProfileStore, ProfileStore
 from memory_core.sweep import SweepLog, SweepRecord, SweepRunner
 from memory_core.telemetry import configure_tracing
 from memory_core.tenancy import check_tenant
@@ -82,7 +81,6 @@ class MemoryService:
         settings: Settings,
         embedder: Embedder,
         facts: FactStore,
-        profiles: ProfileStore,
         clock: Clock | None = None,
         tokenizer: Tokenizer | None = None,
         llm: StructuredLLM | None = None,
@@ -93,7 +91,6 @@ class MemoryService:
         self.settings = settings
         self.embedder = embedder
         self.facts = facts
-        self.profiles = profiles
         self.clock = clock or SystemClock()
         self.working = WorkingMemory(settings.working, facts)
         tokenizer = tokenizer or Tokenizer()
@@ -101,8 +98,8 @@ class MemoryService:
         self.llm = llm
         self._write: WritePath | None = None
         if llm is not None:
-            forgetter = Forgetter(llm, self.recaller, facts, profiles, embedder, tokenizer)
-            self._write = WritePath(settings, llm, embedder, facts, profiles, forgetter, tokenizer)
+            forgetter = Forgetter(llm, self.recaller, facts, embedder, tokenizer)
+            self._write = WritePath(settings, llm, embedder, facts, forgetter, tokenizer)
         self.sweeper: SweepRunner | None = None
         if sweep_log is not None:
             self.sweeper = SweepRunner(facts.shards, settings.sweep, sweep_log, clock=self.clock)
@@ -299,7 +296,7 @@ class MemoryService:
 
     def profile(self, user_id: str) -> list[ProfileEntry]:
         """The user's lasting preferences."""
-        return self.profiles.get(self._user(user_id))
+        return self.facts.profile(self._user(user_id))
 
     def set_preference(
         self, user_id: str, text: str, source: str = "api", key: str | None = None
@@ -319,11 +316,11 @@ class MemoryService:
                 entries; nothing changed.
             StorageError: not written; nothing changed.
         """
-        return self.profiles.upsert(self._user(user_id), text, source, self.clock.now(), key)
+        return self.facts.set_profile(self._user(user_id), text, source, self.clock.now(), key)
 
     def delete_preference(self, user_id: str, key: str) -> None:
         """Delete one profile entry; raises NotFoundError."""
-        self.profiles.delete(self._user(user_id), key)
+        self.facts.delete_profile(self._user(user_id), key)
 
     def add_turn(self, user_id: str, session_id: str, turn: Turn) -> None:
         """Append a turn to the session's working window (no write).
@@ -359,7 +356,7 @@ class MemoryService:
         if limit < 1:
             raise ValidationError(f"limit must be at least 1, got {limit}")
         facts = dict(self.facts.users(tenant, after, limit))
-        entries = dict(self.profiles.users(tenant, after, limit))
+        entries = dict(self.facts.profile_users(tenant, after, limit))
         return [
             UserSummary(user_id=user, facts=facts.get(user, 0), profile_entries=entries.get(user, 0))
             for user in sorted(facts.keys() | entries.keys())[:limit]
@@ -409,13 +406,11 @@ class MemoryService:
         }
 
     def backup(self, uri: str) -> BackupRecord:
-        """Copy every shard and the profile store to a new backup under ``uri`` (a path or a
+        """Copy every shard (facts, profiles, turns) to a new backup under ``uri`` (a path or a
         pyarrow filesystem URI); see :func:`memory_core.backups.take_backup`. Named by the wall
         clock, not the service's (which may be simulated): backups of one store sort by when
         they were taken."""
-        return take_backup(
-            self.facts, self.profiles, self.embedder.dim, self.embedder.name, uri, datetime.now(UTC)
-        )
+        return take_backup(self.facts, self.embedder.dim, self.embedder.name, uri, datetime.now(UTC))
 
     def count_due(self, now: datetime | None = None) -> int:
         """How many facts a sweep at ``now`` would delete."""
@@ -438,14 +433,13 @@ class MemoryService:
         return EraseReceipt(
             user_id=user_id,
             facts=erased.facts,
-            profile_entries=self.profiles.erase_user(user_id),
+            profile_entries=erased.profile_entries,
             working_turns=erased.window_turns,
         )
 
     def close(self) -> None:
         """Close the stores (the LLM engine belongs to whoever created it)."""
         self.facts.close()
-        self.profiles.close()
 
 
 def open_local_service(
@@ -471,7 +465,6 @@ def open_local_service(
     facts = LocalFactStore(
         settings.storage, settings.limits, embedder.dim, embedder.name, settings.working.turns
     )
-    profiles = DuckDBProfileStore(settings.storage.data_dir / "profile.duckdb", settings.limits)
     llm = StructuredLLM(engine) if engine is not None else None
     sweep_log = SweepLog.for_data_dir(settings.storage.data_dir, settings.sweep.log_keep)
-    return MemoryService(settings, embedder, facts, profiles, clock, llm=llm, sweep_log=sweep_log)
+    return MemoryService(settings, embedder, facts, clock, llm=llm, sweep_log=sweep_log)

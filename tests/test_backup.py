@@ -269,13 +269,13 @@ def test_a_restore_cut_short_never_opens_and_runs_again(
     real_download = backup_files.download
     calls: list[str] = []
 
-    def fail_on_the_third(uri: str, sums: dict, directory: Path) -> int:
+    def fail_on_the_second(uri: str, sums: dict, directory: Path) -> int:
         calls.append(uri)
-        if len(calls) == 3:
+        if len(calls) == 2:
             raise StorageError("the network went away")
         return real_download(uri, sums, directory)
 
-    monkeypatch.setattr("memory_core.backups.download", fail_on_the_third)
+    monkeypatch.setattr("memory_core.backups.download", fail_on_the_second)
     with pytest.raises(StorageError, match="network"):
         restore_backup(str(tmp_path / "backups"), target, settings.limits)
     restored_settings = settings.model_copy(

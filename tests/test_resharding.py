@@ -24,7 +24,6 @@ from memory_core.settings import LimitSettings, StorageSettings, WorkingSettings
 from memory_core.store import resharding
 from memory_core.store.facts import LocalFactStore, shard_dir
 from memory_core.store.inbox import StoredAnswer
-from memory_core.store.profile import DuckDBProfileStore
 from memory_core.store.resharding import SLOTS_PER_MOVE
 from memory_core.store.shard import FactShard
 
@@ -315,12 +314,10 @@ def test_a_backup_of_a_resharded_store_restores_with_its_routing(tmp_path: Path)
     _fill(store)
     store.reshard(3)
     expected = _state(store)
-    profiles = DuckDBProfileStore(tmp_path / "live" / "profile.duckdb", LimitSettings())
-    record = take_backup(store, profiles, DIM, "test-embedder", str(tmp_path / "backups"), NOW)
+    record = take_backup(store, DIM, "test-embedder", str(tmp_path / "backups"), NOW)
     assert record.routing is not None and record.routing["version"] == store.routing.version
     routing = store.routing
     store.close()
-    profiles.close()
     restore_backup(str(tmp_path / "backups"), tmp_path / "restored", LimitSettings())
     restored = _open(tmp_path / "restored")
     assert restored.routing == routing and _state(restored) == expected
@@ -410,11 +407,10 @@ def test_a_backup_a_reshard_ran_through_is_refused_and_never_restored(
 ) -> None:
     store = _open(tmp_path / "live")
     _fill(store)
-    profiles = DuckDBProfileStore(tmp_path / "live" / "profile.duckdb", LimitSettings())
     backups = tmp_path / "backups"
     store.shards[1].fence(store.routing.slots_of(1)[:4])  # a move in flight
     with pytest.raises(StorageError, match="reshard moved slots"):
-        take_backup(store, profiles, DIM, "test-embedder", str(backups), NOW)
+        take_backup(store, DIM, "test-embedder", str(backups), NOW)
     store.shards[1].unfence()
     copy_all = store.backup
 
@@ -425,11 +421,10 @@ def test_a_backup_a_reshard_ran_through_is_refused_and_never_restored(
 
     monkeypatch.setattr(store, "backup", copy_then_reshard)
     with pytest.raises(StorageError, match="reshard moved slots"):
-        take_backup(store, profiles, DIM, "test-embedder", str(backups), NOW + timedelta(minutes=1))
+        take_backup(store, DIM, "test-embedder", str(backups), NOW + timedelta(minutes=1))
     with pytest.raises(ConfigError):  # neither left a manifest: nothing to restore from
         restore_backup(str(backups), tmp_path / "restored", LimitSettings())
     store.close()
-    profiles.close()
 
 
 def test_a_shard_that_opens_on_an_older_table_is_given_the_current_one(tmp_path: Path) -> None:

@@ -50,7 +50,7 @@ def admin_router(rt: Runtime) -> APIRouter:
 
     @router.post("/backup")
     def backup(principal: Principal = caller) -> dict[str, object]:
-        """Back up every shard and the profile store to ``storage.backup_uri`` (operator keys
+        """Back up every shard (facts, profiles, turns) to ``storage.backup_uri`` (operator keys
         only; 409 when the server has none). Each shard is copied on its own node, its writes
         held for the copy."""
         return rt.service.backup(_backup_uri(principal, "back up the stores")).model_dump(mode="json")

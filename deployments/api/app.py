@@ -156,7 +156,7 @@ def create_api(rt: Runtime) -> FastAPI:
 
     @api.get("/healthz", tags=["ops"], responses={503: {"description": "A part is down (same report)."}})
     def healthz() -> JSONResponse:
-        """Shards (index loaded, log writable), profile store (DuckDB open), embedder and LLM reachable;
+        """Shards (index loaded, log writable, profile file open), embedder and LLM reachable;
         probed at most once per ``serve.health_cache_s`` (``age_s`` says how long ago)."""
         report = deep.report()
         return JSONResponse(report, status_code=200 if report["ok"] else 503)

@@ -1,5 +1,5 @@
 """Health answers for unauthenticated callers: a liveness answer that touches nothing, and the
-deep probe (shards, profile store, embedder, LLM) run at most once per time-to-live."""
+deep probe (shards with their profiles, embedder, LLM) run at most once per time-to-live."""
 
 from __future__ import annotations
 

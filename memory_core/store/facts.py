@@ -1,4 +1,5 @@
-"""The fact layer across shards: the protocol the service uses and its in-process implementation."""
+"""The fact layer across shards (facts, profiles, turns of each user): the protocol the service
+uses and its in-process implementation."""
 
 from __future__ import annotations
 
@@ -21,14 +22,15 @@ from memory_core.errors import (
     StorageError,
     ValidationError,
 )
-from memory_core.models import Fact, NewFact, Turn
+from memory_core.models import Fact, NewFact, ProfileEntry, Turn
 from memory_core.routing import RoutingTable, read_routing
 from memory_core.settings import LimitSettings, StorageSettings, WorkingSettings
 from memory_core.store.backup import join_uri, shard_part
 from memory_core.store.fsutil import fsync_dir, write_atomically
 from memory_core.store.inbox import PendingTurns, StoredAnswer
+from memory_core.store.profile import DuckDBProfileStore
 from memory_core.store.resharding import Resharder, ReshardReport
-from memory_core.store.shard import FactShard, SlotCopy, UserErasure
+from memory_core.store.shard import PROFILE_DB, FactShard, SlotCopy, UserErasure
 
 _MANIFEST = "longmem.json"
 _RESTORING = "RESTORING"
@@ -83,7 +85,25 @@ class UserFacts(Protocol):
         ...
 
     def erase_user(self, user_id: str) -> UserErasure:
-        """Remove every trace of the user's facts, pending turns and working windows."""
+        """Remove every trace of the user's facts, profile, pending turns and working windows."""
+        ...
+
+    def profile(self, user_id: str) -> list[ProfileEntry]:
+        """The user's profile entries, oldest first."""
+        ...
+
+    def set_profile(
+        self, user_id: str, text: str, source: str, at: datetime, key: str | None = None
+    ) -> ProfileEntry:
+        """Write a profile entry durably; see :meth:`FactShard.set_profile`."""
+        ...
+
+    def delete_profile(self, user_id: str, key: str) -> None:
+        """Delete one profile entry; raises NotFoundError."""
+        ...
+
+    def profile_users(self, tenant: str, after: str, limit: int) -> list[tuple[str, int]]:
+        """``tenant``'s users with profile entries (as :meth:`users`), each with how many."""
         ...
 
     def extend_window(self, user_id: str, session_id: str, turns: Sequence[Turn]) -> None:
@@ -273,6 +293,38 @@ def restore_scratch(data_dir: Path) -> Path:
     return data_dir / _SCRATCH
 
 
+def move_root_profiles(data_dir: Path, store: ShardedFactStore, limits: LimitSettings) -> int:
+    """Move the profile file that ``data_dir`` kept at its root before profiles lived in the
+    shards (one file for every user) into the users' shards, then delete it; how many entries
+    moved. Run when the data dir is opened, before anything is served: a move cut short is done
+    again whole at the next open (each entry is stored as it was, so twice is once).
+
+    Raises:
+        StorageError: the old file cannot be read (another process holds it) or removed, or a
+            shard did not take its entries; the old file stays.
+    """
+    path = data_dir / PROFILE_DB
+    if not path.exists():
+        return 0
+    old = DuckDBProfileStore(path, limits)
+    try:
+        entries = old.export(old.user_ids())
+    finally:
+        old.close()
+    by_user: dict[str, list[ProfileEntry]] = {}
+    for entry in entries:
+        by_user.setdefault(entry.user_id, []).append(entry)
+    for user_id, mine in sorted(by_user.items()):
+        store.take_profile(user_id, mine)
+    try:
+        Path(f"{path}.wal").unlink(missing_ok=True)
+        path.unlink()
+        fsync_dir(data_dir)
+    except OSError as exc:
+        raise StorageError(f"cannot remove {path} after moving its entries into the shards: {exc}") from exc
+    return len(entries)
+
+
 class ShardHandle(UserFacts, Protocol):
     """One shard as the store talks to it: a :class:`FactShard` in this process, or a proxy to
     the actor that owns it (``deployments/``). Methods mean what they mean on FactShard."""
@@ -300,6 +352,10 @@ class ShardHandle(UserFacts, Protocol):
 
     def health(self) -> dict[str, Any]:
         """Where the shard runs and its files are, whether its log takes writes, its counts."""
+        ...
+
+    def take_profile(self, user_id: str, entries: Sequence[ProfileEntry]) -> None:
+        """Store some of the user's profile entries as they are (:meth:`FactShard.take_profile`)."""
         ...
 
     def pending_turns(self) -> list[PendingTurns]:
@@ -506,9 +562,32 @@ class ShardedFactStore:
         return sorted(merged)[:limit]
 
     def erase_user(self, user_id: str) -> UserErasure:
-        """Remove the user's facts, pending turns and windows, and compact their shard so no
-        old file holds them."""
+        """Remove the user's facts, profile, pending turns and windows, and compact their shard so
+        no old file holds them."""
         return self._on(user_id, lambda shard: shard.erase_user(user_id))
+
+    def profile(self, user_id: str) -> list[ProfileEntry]:
+        """The user's profile entries, from their shard."""
+        return self._on(user_id, lambda shard: shard.profile(user_id))
+
+    def set_profile(
+        self, user_id: str, text: str, source: str, at: datetime, key: str | None = None
+    ) -> ProfileEntry:
+        """Write a profile entry in the user's shard; see :meth:`FactShard.set_profile`."""
+        return self._on(user_id, lambda shard: shard.set_profile(user_id, text, source, at, key))
+
+    def delete_profile(self, user_id: str, key: str) -> None:
+        """Delete one of the user's profile entries."""
+        self._on(user_id, lambda shard: shard.delete_profile(user_id, key))
+
+    def take_profile(self, user_id: str, entries: Sequence[ProfileEntry]) -> None:
+        """Store some of the user's profile entries as they are; see :meth:`FactShard.take_profile`."""
+        self._on(user_id, lambda shard: shard.take_profile(user_id, entries))
+
+    def profile_users(self, tenant: str, after: str, limit: int) -> list[tuple[str, int]]:
+        """``tenant``'s users with profile entries over every shard, by stored id."""
+        merged = [user for shard in self.shards for user in shard.profile_users(tenant, after, limit)]
+        return sorted(merged)[:limit]
 
     def extend_window(self, user_id: str, session_id: str, turns: Sequence[Turn]) -> None:
         """Add turns to a session's working window in the user's shard."""
@@ -598,6 +677,7 @@ class LocalFactStore(ShardedFactStore):
         self.resharder = Resharder(storage.data_dir, self, self)
         try:
             self.resharder.recover()
+            move_root_profiles(storage.data_dir, self, limits)
         except StorageError:
             self.close()
             raise

@@ -1,4 +1,7 @@
-"""The long-term preference profile of each user, in one DuckDB file with one owner.
+"""The long-term preference profile of each user, in a DuckDB file per fact shard.
+
+A shard's profile file holds the entries of the users the shard holds (it lies in the shard's
+directory and moves with the user's slot); the process that owns the shard owns the file.
 
 A user's profile holds at most ``limits.max_profile_entries`` entries, so that what the extractor
 learns cannot grow into an unbounded standing prompt. At the cap an entry set on purpose (API,
@@ -13,9 +16,9 @@ import hashlib
 import os
 import threading
 import unicodedata
+from collections.abc import Callable, Collection, Iterable
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Protocol
 
 import duckdb
 import pyarrow as pa
@@ -24,7 +27,6 @@ import pyarrow.parquet as pq
 from memory_core.errors import NotFoundError, ProfileFullError, StorageError
 from memory_core.models import ProfileEntry, as_utc
 from memory_core.settings import LimitSettings
-from memory_core.store.backup import PROFILE_FILE, upload_bytes
 from memory_core.store.fsutil import fsync_dir
 from memory_core.tenancy import SEPARATOR
 from memory_core.validation import check_text, check_user_id
@@ -63,44 +65,6 @@ def entry_key(text: str) -> str:
     folded = unicodedata.normalize("NFKC", text).casefold()
     normalised = " ".join(folded.split())
     return hashlib.blake2b(normalised.encode("utf-8"), digest_size=8).hexdigest()
-
-
-class ProfileStore(Protocol):
-    """Per-user preference entries."""
-
-    def get(self, user_id: str) -> list[ProfileEntry]:
-        """The user's entries, oldest first."""
-        ...
-
-    def upsert(
-        self, user_id: str, text: str, source: str, at: datetime, key: str | None = None
-    ) -> ProfileEntry:
-        """Write an entry durably; same key replaces the old text. A new key at the cap replaces
-        the oldest learned entry when ``source`` is learned (:func:`is_learned`), and raises
-        ProfileFullError otherwise or when there is none."""
-        ...
-
-    def delete(self, user_id: str, key: str) -> None:
-        """Delete one entry; raises NotFoundError."""
-        ...
-
-    def erase_user(self, user_id: str) -> int:
-        """Delete all of the user's entries and every byte of them on disk."""
-        ...
-
-    def users(self, tenant: str, after: str, limit: int) -> list[tuple[str, int]]:
-        """``tenant``'s users with entries, by stored id after ``after``, at most ``limit``, each
-        with how many entries it has."""
-        ...
-
-    def backup(self, uri: str) -> dict[str, Any]:
-        """Write every entry to ``uri`` (see :mod:`memory_core.store.backup`): how many
-        (``entries``) and the file written (``files``)."""
-        ...
-
-    def close(self) -> None:
-        """Release the database file."""
-        ...
 
 
 class DuckDBProfileStore:
@@ -242,30 +206,40 @@ class DuckDBProfileStore:
         if not rows:
             raise NotFoundError(user_id, [key])
 
-    def users(self, tenant: str, after: str, limit: int) -> list[tuple[str, int]]:
-        """``tenant``'s users with entries (see :meth:`ProfileStore.users`)."""
-        with self._lock:
-            # starts_with, not LIKE: '_' may be in a tenant name and is a LIKE wildcard.
-            rows = self._run(
-                "SELECT user_id, count(*) FROM profile WHERE starts_with(user_id, ?) AND user_id > ? "
-                "GROUP BY user_id ORDER BY user_id LIMIT ?",
-                [f"{tenant}{SEPARATOR}", after, limit],
-            )
-        return [(user, int(count)) for user, count in rows]
+    def users(
+        self, tenant: str, after: str, limit: int, keep: Callable[[str], bool] | None = None
+    ) -> list[tuple[str, int]]:
+        """``tenant``'s users with entries, by id after ``after``, at most ``limit``, each with how
+        many entries it has; only those ``keep`` accepts, when given."""
+        found: list[tuple[str, int]] = []
+        while len(found) < limit:
+            with self._lock:
+                # starts_with, not LIKE: '_' may be in a tenant name and is a LIKE wildcard.
+                rows = self._run(
+                    "SELECT user_id, count(*) FROM profile WHERE starts_with(user_id, ?) AND user_id > ? "
+                    "GROUP BY user_id ORDER BY user_id LIMIT ?",
+                    [f"{tenant}{SEPARATOR}", after, limit],
+                )
+            found += [(user, int(count)) for user, count in rows if keep is None or keep(user)]
+            if len(rows) < limit:
+                break
+            after = rows[-1][0]
+        return found[:limit]
 
     def user_ids(self) -> set[str]:
         """Every user with entries."""
         with self._lock:
             return {user for (user,) in self._run("SELECT DISTINCT user_id FROM profile")}
 
+    def count(self) -> int:
+        """How many entries the file holds."""
+        with self._lock:
+            [(count,)] = self._run("SELECT count(*) FROM profile")
+        return int(count)
+
     def erase_user(self, user_id: str) -> int:
         """Delete the user's entries, and every byte of them (or of entries they deleted before)
-        on disk.
-
-        The live rows of everyone else are copied into a fresh file that replaces the old one:
-        DuckDB reuses freed blocks without zeroing them, so a DELETE alone leaves the text in
-        the file. The copy is made before anything changes, so an erase that fails leaves the
-        store as it was and its retry does all of it again; erasing twice is erasing once.
+        on disk (see :meth:`drop_users`).
 
         Returns:
             How many entries were deleted (0 when the user had none left).
@@ -274,12 +248,26 @@ class DuckDBProfileStore:
             StorageError: the fresh file could not be written or swapped in.
         """
         check_user_id(user_id, self._limits.max_user_id_chars)
+        return self.drop_users([user_id])
+
+    def drop_users(self, users: Collection[str]) -> int:
+        """Delete every entry of ``users``, and every byte of them on disk; how many went.
+
+        The live rows of everyone else are copied into a fresh file that replaces the old one:
+        DuckDB reuses freed blocks without zeroing them, so a DELETE alone leaves the text in
+        the file. The copy is made before anything changes, so a drop that fails leaves the
+        store as it was and its retry does all of it again; dropping twice is dropping once.
+
+        Raises:
+            StorageError: the fresh file could not be written or swapped in.
+        """
+        gone = sorted(set(users))
         with self._lock:
-            [(count,)] = self._run("SELECT count(*) FROM profile WHERE user_id = ?", [user_id])
-            self._rewrite_without(user_id)
+            [(count,)] = self._run("SELECT count(*) FROM profile WHERE list_contains(?, user_id)", [gone])
+            self._rewrite_without(gone)
         return int(count)
 
-    def _rewrite_without(self, user_id: str) -> None:
+    def _rewrite_without(self, users: list[str]) -> None:
         fresh = self.path.with_name(self.path.name + ".compact")
         wal = Path(str(self.path) + ".wal")
         try:
@@ -290,7 +278,8 @@ class DuckDBProfileStore:
             try:
                 self._db.execute(_SCHEMA.format(table="fresh.profile"))
                 self._db.execute(
-                    "INSERT INTO fresh.profile SELECT * FROM profile WHERE user_id <> ?", [user_id]
+                    "INSERT INTO fresh.profile SELECT * FROM profile WHERE NOT list_contains(?, user_id)",
+                    [users],
                 )
                 self._db.execute("CHECKPOINT fresh")
             finally:
@@ -312,9 +301,40 @@ class DuckDBProfileStore:
         finally:
             self._db = self._connect()
 
-    def backup(self, uri: str) -> dict[str, Any]:
-        """Write every entry to ``uri`` as one Parquet file: how many (``entries``), and the
-        file (``files``, :data:`memory_core.store.backup.FileSums`).
+    def export(self, users: Collection[str]) -> list[ProfileEntry]:
+        """Every entry of ``users`` (a reshard copies them to another shard)."""
+        with self._lock:
+            rows = self._run(
+                "SELECT user_id, key, text, source, updated_at FROM profile "
+                "WHERE list_contains(?, user_id) ORDER BY user_id, updated_at, key",
+                [sorted(set(users))],
+            )
+        return [
+            ProfileEntry(user_id=user, key=key, text=text, source=source, updated_at=as_utc(at))
+            for user, key, text, source, at in rows
+        ]
+
+    def take(self, entries: Iterable[ProfileEntry]) -> None:
+        """Store entries as they are (another shard's export), in one transaction; one with a key
+        the user has here replaces it.
+
+        Raises:
+            StorageError: not committed; nothing changed.
+        """
+        rows = [[e.user_id, e.key, e.text, e.source, e.updated_at.replace(tzinfo=None)] for e in entries]
+        if not rows:
+            return
+        with self._lock:
+            try:
+                self._db.begin()
+                self._db.executemany("INSERT OR REPLACE INTO profile VALUES (?, ?, ?, ?, ?)", rows)
+                self._db.commit()
+            except duckdb.Error as exc:
+                self._roll_back()
+                raise StorageError(f"profile store {self.path}: {exc}") from exc
+
+    def write_parquet(self, path: Path) -> int:
+        """Write every entry to ``path`` as one Parquet file (a backup stages it); how many.
 
         Raises:
             StorageError: the copy failed.
@@ -324,32 +344,29 @@ class DuckDBProfileStore:
                 table: pa.Table = self._db.sql("SELECT * FROM profile ORDER BY user_id, key").to_arrow_table()
             except duckdb.Error as exc:
                 raise StorageError(f"profile backup failed: {exc}") from None
-        buffer = pa.BufferOutputStream()
         try:
-            pq.write_table(table, buffer)
-        except pa.ArrowException as exc:
+            pq.write_table(table, path)
+        except (OSError, pa.ArrowException) as exc:
             raise StorageError(f"profile backup failed: {exc}") from None
-        files = upload_bytes(buffer.getvalue().to_pybytes(), uri, PROFILE_FILE)
-        return {"entries": int(table.num_rows), "files": files}
+        return int(table.num_rows)
 
-    def restore(self, path: Path) -> int:
-        """Load the entries a :meth:`backup` wrote (``path``, a local copy) into this empty
-        store; how many.
+    def restore(self, table: pa.Table) -> int:
+        """Load the entries a backup holds (``table``, as :meth:`write_parquet` wrote them) into
+        this empty store; how many.
 
         Raises:
-            StorageError: the store is not empty, or the file cannot be read or loaded.
+            StorageError: the store is not empty, or the entries cannot be loaded.
         """
         with self._lock:
             if self._run("SELECT count(*) FROM profile") != [(0,)]:
                 raise StorageError(f"profile store {self.path} is not empty: restore into a new data dir")
             try:
-                table = pq.read_table(path)
                 self._db.register("restored", table)
                 self._db.execute("INSERT INTO profile BY NAME SELECT * FROM restored")
                 self._db.unregister("restored")
                 self._db.execute("CHECKPOINT")
-            except (duckdb.Error, OSError, pa.ArrowException) as exc:
-                raise StorageError(f"profile restore from {path} failed: {exc}") from None
+            except duckdb.Error as exc:
+                raise StorageError(f"profile restore into {self.path} failed: {exc}") from None
         return int(table.num_rows)
 
     def ping(self) -> bool:

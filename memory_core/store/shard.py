@@ -1,9 +1,10 @@
-"""A fact shard: the facts of a set of users, searchable per user, durable on disk.
+"""A fact shard: the facts and profiles of a set of users, searchable per user, durable on disk.
 
 The searchable state lives in :class:`Partitions` (one exact FAISS index per user).
 Durability: every change is appended to the write-ahead log and fsynced before the call
 returns. Snapshots are written every ``snapshot_every`` records; on open the newest valid
-snapshot is loaded and the log after it replayed.
+snapshot is loaded and the log after it replayed. The users' profile entries are in the
+shard's own DuckDB file (:mod:`memory_core.store.profile`), which moves and is backed up with it.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from memory_core.errors import (
     StorageError,
     ValidationError,
 )
-from memory_core.models import Fact, NewFact, Turn, as_utc
+from memory_core.models import Fact, NewFact, ProfileEntry, Turn, as_utc
 from memory_core.routing import RoutingTable, slot_of
 from memory_core.settings import LimitSettings, WorkingSettings
 from memory_core.store import snapshot as snap
@@ -45,14 +46,16 @@ from memory_core.store.arrow_codec import (
     facts_to_batch,
     ipc_to_table,
 )
-from memory_core.store.backup import upload
+from memory_core.store.backup import PROFILE_FILE, upload
 from memory_core.store.fsutil import TEMP_SUFFIX, lock_directory, write_atomically
 from memory_core.store.inbox import InboxCopy, PendingTurns, StoredAnswer, TurnInbox
 from memory_core.store.partitions import Partitions
+from memory_core.store.profile import DuckDBProfileStore
 from memory_core.validation import check_text, check_user_id, check_vectors
 
 _STAGING = ".backup-"  # a backup's staged copy inside the shard directory, removed after upload
 _FENCE = "FENCE"  # the slots of a move in flight from this shard, whose writes are refused
+PROFILE_DB = "profile.duckdb"  # the profile entries of the shard's users
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,7 @@ class UserErasure:
     """What erasing a user took from a shard."""
 
     facts: int
+    profile_entries: int
     pending_batches: int  # accepted turn batches not written yet
     window_turns: int  # turns of the user's working windows
 
@@ -72,6 +76,7 @@ class SlotCopy:
     facts: int
     fact_rows: bytes  # facts with their vectors, as the log's ADD record holds them
     inbox: InboxCopy
+    profile: list[ProfileEntry]
 
 
 @dataclass(frozen=True)
@@ -148,6 +153,7 @@ class FactShard:
             self.recovery = self._recover()
             self._wal = wal.WalWriter(directory, self._current_seq)
             self._inbox = TurnInbox(directory / "inbox", window_turns)
+            self.profiles = DuckDBProfileStore(directory / PROFILE_DB, self._limits)
         except StorageError:
             self._dir_lock.close()
             raise
@@ -328,9 +334,10 @@ class FactShard:
             return self._mem.replaced(user_id, fact_ids)
 
     def user_ids(self) -> set[str]:
-        """Every user this shard holds anything of: facts, pending turns, windows, kept answers."""
+        """Every user this shard holds anything of: facts, profile entries, pending turns,
+        windows, kept answers."""
         with self._lock:
-            return self._mem.user_ids() | self._inbox.user_ids()
+            return self._mem.user_ids() | self._inbox.user_ids() | self.profiles.user_ids()
 
     def vectors_of(self, user_id: str, fact_ids: Sequence[int]) -> np.ndarray:
         """The stored vectors of some of ``user_id``'s facts, in the given order.
@@ -413,8 +420,8 @@ class FactShard:
             return self._mem.count_due(as_utc(now), tenant)
 
     def erase_user(self, user_id: str) -> UserErasure:
-        """Remove every trace of ``user_id``: their facts, pending turns and working windows, and
-        every file that ever held them.
+        """Remove every trace of ``user_id``: their facts, profile entries, pending turns and
+        working windows, and every file that ever held them.
 
         The shard is compacted whether or not the user has facts left, since the text of facts
         already deleted, expired or superseded still sits in older log segments and in the
@@ -434,7 +441,8 @@ class FactShard:
             count = len(self._mem.user_facts(user_id))
             inbox = self._inbox.erase_user(user_id)
             self._write_snapshot(purge=True, without={user_id})
-            return UserErasure(facts=count, pending_batches=inbox.batches, window_turns=inbox.window_turns)
+            entries = self.profiles.erase_user(user_id)
+            return UserErasure(count, entries, pending_batches=inbox.batches, window_turns=inbox.window_turns)
 
     # ------------------------------------------------------------------ resharding
 
@@ -488,12 +496,14 @@ class FactShard:
 
     def export_slots(self, slots: Collection[int], slot_count: int) -> SlotCopy:
         """Everything of the users in ``slots`` (of ``slot_count``): facts with their history
-        and vectors, pending turns, working windows, kept answers (a reshard copies it)."""
+        and vectors, profile entries, pending turns, working windows, kept answers (a reshard
+        copies it)."""
         with self._lock:
             users = self._slot_users(slots, slot_count)
             facts, vectors = self._mem.export(only=users)
             batch = facts_to_batch(facts, vectors, self.dim)
-            return SlotCopy(len(users), len(facts), batch_to_ipc(batch), self._inbox.export(users))
+            inbox, profile = self._inbox.export(users), self.profiles.export(users)
+            return SlotCopy(len(users), len(facts), batch_to_ipc(batch), inbox, profile)
 
     def import_slots(self, copy: SlotCopy) -> None:
         """Take what another shard exported, durably, ids and supersede links as they were.
@@ -513,6 +523,7 @@ class FactShard:
                 self._log(wal.Op.ADD, copy.fact_rows)
                 self._mem.insert(facts, vectors)
             self._inbox.take(copy.inbox)
+            self.profiles.take(copy.profile)
             self._maybe_snapshot()
 
     def drop_slots(self, slots: Collection[int], slot_count: int) -> int:
@@ -543,7 +554,60 @@ class FactShard:
             snap.write_snapshot(self.directory, seq, self._encode(facts, vectors))
             with self._lock:
                 self._prune(keep_from=seq, strays=True)
+            # Fenced and given away: nobody writes these users' entries here meanwhile.
+            self.profiles.drop_users(users)
             return len(users)
+
+    # ------------------------------------------------------------------- profiles
+
+    def profile(self, user_id: str) -> list[ProfileEntry]:
+        """The user's profile entries, oldest first."""
+        with self._lock:
+            self._admit([user_id], write=False)
+            return self.profiles.get(user_id)
+
+    def set_profile(
+        self, user_id: str, text: str, source: str, at: datetime, key: str | None = None
+    ) -> ProfileEntry:
+        """Write one of the user's profile entries durably (see :meth:`DuckDBProfileStore.upsert`).
+
+        Raises:
+            ValidationError: bad user id, text or key.
+            ProfileFullError: a new key at the cap with nothing it may replace; nothing changed.
+            StorageError: not committed; nothing changed.
+        """
+        with self._lock:
+            self._admit([user_id], write=True)
+            return self.profiles.upsert(user_id, text, source, at, key)
+
+    def delete_profile(self, user_id: str, key: str) -> None:
+        """Delete one of the user's profile entries.
+
+        Raises:
+            NotFoundError: the user has no entry with this key.
+        """
+        with self._lock:
+            self._admit([user_id], write=True)
+            self.profiles.delete(user_id, key)
+
+    def take_profile(self, user_id: str, entries: Sequence[ProfileEntry]) -> None:
+        """Store some of the user's entries as they are (keys, sources and times kept; the cap is
+        not applied): a data dir's profile file from before profiles lived in shards.
+
+        Raises:
+            StorageError: not committed; nothing changed.
+        """
+        with self._lock:
+            self._admit([user_id], write=True)
+            self.profiles.take(e for e in entries if e.user_id == user_id)
+
+    def profile_users(self, tenant: str, after: str, limit: int) -> list[tuple[str, int]]:
+        """``tenant``'s users with profile entries in this shard (not a move's copies), each with
+        how many it has (see :meth:`users`)."""
+        table, here = self.routing, self._shard_no
+        if table is None:
+            return self.profiles.users(tenant, after, limit)
+        return self.profiles.users(tenant, after, limit, lambda user: table.shard_of(user) == here)
 
     # ----------------------------------------------------------------- turn inbox
 
@@ -642,6 +706,7 @@ class FactShard:
                 raise StorageError(f"cannot stage shard {self.directory} for a backup: {exc}") from exc
             try:
                 self._inbox.stage(staging / "inbox")
+                entries = self.profiles.write_parquet(staging / PROFILE_FILE)
             except StorageError:
                 shutil.rmtree(staging, ignore_errors=True)
                 raise
@@ -649,7 +714,7 @@ class FactShard:
             files = upload(staging, uri)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-        return {"seq": seq, "users": users, "facts": facts, "files": files}
+        return {"seq": seq, "users": users, "facts": facts, "profile_entries": entries, "files": files}
 
     def _rotate(self) -> int:
         """Begin the next log segment (with the lock held); its number, which the snapshot of
@@ -725,11 +790,18 @@ class FactShard:
                 "records_since_snapshot": self._records_since_snapshot,
                 "snapshot_failures": self._snapshot_failures,
                 "moving_slots": len(self._moving),
+                "profile_entries": self.profiles.count(),
             }
 
     def health(self) -> dict[str, Any]:
-        """Where the shard's files are, whether its log takes writes, and its counts."""
-        return {"directory": str(self.directory), "log_writable": self.log_writable(), **self.stats()}
+        """Where the shard's files are, whether its log takes writes and its profile file answers,
+        and its counts."""
+        return {
+            "directory": str(self.directory),
+            "log_writable": self.log_writable(),
+            "profile_open": self.profiles.ping(),
+            **self.stats(),
+        }
 
     def log_writable(self) -> bool:
         """Whether the open log segment can still be appended to (health checks)."""
@@ -741,6 +813,7 @@ class FactShard:
         with self._lock:
             self._wal.close()
             self._inbox.close()
+            self.profiles.close()
             self._dir_lock.close()
 
     def destroy(self) -> None:

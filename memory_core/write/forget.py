@@ -12,7 +12,6 @@ from memory_core.llm.structured import StructuredLLM
 from memory_core.models import Fact, ProfileEntry
 from memory_core.recall import Recaller
 from memory_core.store.facts import FactStore
-from memory_core.store.profile import ProfileStore
 from memory_core.text import Tokenizer, has_cjk
 from memory_core.write.prompts import forget_match_messages, forget_target_messages
 from memory_core.write.schemas import ForgetTarget
@@ -75,14 +74,12 @@ class Forgetter:
         llm: StructuredLLM,
         recaller: Recaller,
         facts: FactStore,
-        profiles: ProfileStore,
         embedder: Embedder,
         tokenizer: Tokenizer,
     ) -> None:
         self._llm = llm
         self._recaller = recaller
         self._facts = facts
-        self._profiles = profiles
         self._embedder = embedder
         self._tokenizer = tokenizer
         self._probes: dict[bool, np.ndarray] = {}
@@ -114,7 +111,7 @@ class Forgetter:
             # A fact about someone else goes only when the request names them ("my sister's").
             if not hit.fact.about or asked & self._words(hit.fact.about)
         ]
-        entries = self._profiles.get(user_id)
+        entries = self._facts.profile(user_id)
         items: list[Fact | ProfileEntry] = [*facts, *entries]
         texts = [item.text for item in items]
         vectors = np.vstack(
@@ -150,7 +147,7 @@ class Forgetter:
             deleted = self._facts.delete(user_id, [f.id for f in doomed_facts])
             earlier = len(deleted) - len(doomed_facts)
         for entry in doomed_entries:
-            self._profiles.delete(user_id, entry.key)
+            self._facts.delete_profile(user_id, entry.key)
         forgotten = [item.text for item in doomed]
         return ForgetResult(
             target, doomed_facts, doomed_entries, kept, _reply(utterance, target, forgotten, kept), earlier

@@ -18,7 +18,7 @@ from memory_core.llm.structured import StructuredLLM
 from memory_core.models import Fact, Layer, NewFact, Role, Tag, Turn
 from memory_core.settings import Settings
 from memory_core.store.facts import FactStore
-from memory_core.store.profile import ProfileStore, learned_source
+from memory_core.store.profile import learned_source
 from memory_core.text import Tokenizer
 from memory_core.write.analyze import TurnAnalyzer, has_near_time_cue
 from memory_core.write.forget import ForgetResult, Forgetter
@@ -72,7 +72,6 @@ class WritePath:
         llm: StructuredLLM,
         embedder: Embedder,
         facts: FactStore,
-        profiles: ProfileStore,
         forgetter: Forgetter,
         tokenizer: Tokenizer,
     ) -> None:
@@ -82,7 +81,6 @@ class WritePath:
         self._analyzer = TurnAnalyzer(llm)
         self._embedder = embedder
         self._facts = facts
-        self._profiles = profiles
         self.forgetter = forgetter
 
     def process(self, user_id: str, turns: Sequence[Turn], at: datetime) -> list[TurnOutcome]:
@@ -264,7 +262,7 @@ class WritePath:
             outcome.superseded.append(old_id)
         for item in plan.profile:
             try:
-                self._profiles.upsert(user_id, item.text, learned_source(turn.turn_id), at)
+                self._facts.set_profile(user_id, item.text, learned_source(turn.turn_id), at)
             except ProfileFullError:
                 outcome.profile_full += 1
             else:
