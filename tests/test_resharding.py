@@ -14,16 +14,20 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from memory_core.backups import restore_backup, take_backup
 from memory_core.errors import ConfigError, StorageError
-from memory_core.models import NewFact, Role, Turn
+from memory_core.models import NewFact, ProfileEntry, Role, Turn
 from memory_core.routing import SLOTS, RoutingTable, shard_of
 from memory_core.settings import LimitSettings, StorageSettings, WorkingSettings
 from memory_core.store import resharding
+from memory_core.store.backup import upload_bytes
 from memory_core.store.facts import LocalFactStore, shard_dir
 from memory_core.store.inbox import StoredAnswer
+from memory_core.store.profile import DuckDBProfileStore, learned_source
 from memory_core.store.resharding import SLOTS_PER_MOVE
 from memory_core.store.shard import FactShard
 
@@ -45,7 +49,7 @@ def _vectors(n: int, seed: int) -> np.ndarray:
 
 def _fill(store: LocalFactStore) -> None:
     """Three facts per user (the first replaced by the third), a pending batch, a window and a
-    kept answer for every third user."""
+    kept answer for every third user, two profile entries for every other."""
     for n, user in enumerate(USERS):
         facts = store.add(
             [
@@ -60,6 +64,9 @@ def _fill(store: LocalFactStore) -> None:
             store.extend_window(user, "s1", [turn])
             store.accept_turns(user, "s2", [turn], NOW)
             store.keep_answer(StoredAnswer(user, f"key{n}", "fp", 202, "{}", NOW), NOW - timedelta(days=1))
+        if n % 2 == 0:
+            store.set_profile(user, f"answers of {user} in short lines", "api", NOW)
+            store.set_profile(user, f"{user} likes tables", learned_source(f"t{n}"), NOW, key="tables")
 
 
 def _state(store: LocalFactStore) -> dict[str, object]:
@@ -75,6 +82,7 @@ def _state(store: LocalFactStore) -> dict[str, object]:
             [(f.id, round(score, 5)) for f, score in store.search(user, _vectors(1, 1000 + n)[0], 5, NOW)],
             store.window(user, "s1") + store.window(user, "s2"),
             store.answer(user, f"key{n}", NOW - timedelta(days=1)),
+            store.profile(user),
         )
     return state
 
@@ -329,6 +337,7 @@ def test_resharding_while_clients_write_and_recall_loses_nothing_and_crosses_no_
     _fill(store)
     before = sum(_counts(store))
     acked: dict[str, list[int]] = {user: [] for user in USERS}
+    preferences: dict[tuple[str, str], str] = {}
     strangers: list[tuple[str, str]] = []
     failures: list[BaseException] = []
     stop = threading.Event()
@@ -341,6 +350,9 @@ def test_resharding_while_clients_write_and_recall_loses_nothing_and_crosses_no_
                 [fact] = store.add([NewFact(user_id=user, text=f"live {n}", created_at=NOW)], _vectors(1, n))
                 acked[user].append(fact.id)
                 store.extend_window(user, "live", [Turn(role=Role.USER, content=f"live {n}", at=NOW)])
+                key = f"live-{n % 3}"
+                store.set_profile(user, f"live preference {n}", "api", NOW, key=key)
+                preferences[(user, key)] = f"live preference {n}"
             except BaseException as exc:  # noqa: BLE001 - reported by the test thread
                 failures.append(exc)
                 return
@@ -379,6 +391,8 @@ def test_resharding_while_clients_write_and_recall_loses_nothing_and_crosses_no_
         stored = {f.id for f in store.list_user(user)}
         assert set(ids) <= stored
         assert len(store.window(user, "live")) == min(len(ids), WorkingSettings().turns)
+    for (user, key), text in preferences.items():  # the last write of each key, once
+        assert [e.text for e in store.profile(user) if e.key == key] == [text]
     for no, shard in enumerate(store.shards):
         assert all(store.routing.shard_of(u) == no for u in shard.user_ids())
     store.close()
@@ -447,6 +461,8 @@ def test_a_move_in_flight_lists_each_user_once(tmp_path: Path) -> None:
     store.reshard(4)  # shard 2 exists; now copy shard 1's slots there without a switch
     store.shards[2].import_slots(store.shards[1].export_slots(store.routing.slots_of(1), SLOTS))
     assert store.shards[2].stats()["users"] > 0 and store.users("acme", "", 1000) == listed
+    assert store.shards[2].stats()["profile_entries"] > 0
+    assert store.profile_users("acme", "", 1000) == [(u, 2) for u, _ in listed if USERS.index(u) % 2 == 0]
     store.close()
 
 
@@ -460,6 +476,8 @@ def test_no_file_of_a_shard_keeps_the_users_it_gave_away(tmp_path: Path) -> None
             here = store.routing.shard_of(user) == no
             assert (f"fact 1 of {user}".encode() in held) == here, (user, no)
             assert (f"hello from {user}".encode() in held) == (here and USERS.index(user) % 3 == 0)
+            if not here:  # (DuckDB may compress what it holds: only absence is certain in bytes)
+                assert f"{user} likes tables".encode() not in held, (user, no)
     store.close()
 
 
@@ -526,4 +544,86 @@ def test_a_switch_or_a_drop_that_fails_is_settled_when_the_reshard_resumes(
     for no in range(4):  # no file keeps the users a shard gave away
         held = b"".join(p.read_bytes() for p in shard_dir(tmp_path, no).rglob("*") if p.is_file())
         assert all((f"fact 1 of {u}".encode() in held) == (store.routing.shard_of(u) == no) for u in USERS)
+        assert all(f"{u} likes tables".encode() not in held for u in USERS if store.routing.shard_of(u) != no)
     store.close()
+
+
+def _old_profile_file(path: Path, store: LocalFactStore) -> list[tuple[str, str, str, str]]:
+    """Write every profile entry of ``store`` into one file at ``path``, as a data dir kept them
+    before profiles lived in the shards, and take them from the shards; the entries."""
+    entries = [e for user in USERS for e in store.profile(user)]
+    old = DuckDBProfileStore(path, LimitSettings())
+    old.take(entries)
+    old.close()
+    for shard in store.shards:
+        shard.profiles.drop_users(USERS)
+    return sorted((e.user_id, e.key, e.text, e.source) for e in entries)
+
+
+def _entries(store: LocalFactStore) -> list[tuple[str, str, str, str]]:
+    return sorted((e.user_id, e.key, e.text, e.source) for u in USERS for e in store.profile(u))
+
+
+def test_a_data_dir_whose_profiles_were_one_file_moves_them_into_the_shards_on_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = _open(tmp_path)
+    _fill(store)
+    store.reshard(3)
+    old = _old_profile_file(tmp_path / "profile.duckdb", store)
+    assert len(old) == len(USERS) and _entries(store) == []
+    store.close()
+    take = FactShard.take_profile
+    calls = []
+
+    def fails_on_the_fifth(self: FactShard, user_id: str, entries: list[ProfileEntry]) -> None:
+        calls.append(user_id)
+        if len(calls) == 5:
+            raise StorageError("the disk went away")
+        take(self, user_id, entries)
+
+    monkeypatch.setattr(FactShard, "take_profile", fails_on_the_fifth)
+    with pytest.raises(StorageError, match="went away"):
+        _open(tmp_path)
+    monkeypatch.undo()
+    assert (tmp_path / "profile.duckdb").exists()  # kept until every entry is in a shard
+    reopened = _open(tmp_path)
+    assert _entries(reopened) == old and not (tmp_path / "profile.duckdb").exists()
+    for no, shard in enumerate(reopened.shards):
+        assert shard.profiles.user_ids() == {u for u in shard.user_ids() if USERS.index(u) % 2 == 0}
+        assert all(reopened.routing.shard_of(u) == no for u in shard.profiles.user_ids())
+    reopened.close()
+
+
+def test_a_backup_from_before_profiles_lived_in_the_shards_restores_them_into_the_shards(
+    tmp_path: Path,
+) -> None:
+    store = _open(tmp_path / "live")
+    _fill(store)
+    store.reshard(3)
+    expected = _state(store)
+    record = take_backup(store, DIM, "test-embedder", str(tmp_path / "backups"), NOW)
+    assert record.profile_entries == len(USERS) and not record.profile_files
+    store.close()
+    # Rewritten as such a backup was: no profile file in the shards' copies, one beside them.
+    where = Path(record.uri)
+    manifest = json.loads((where / "backup.json").read_text())
+    rows = []
+    for copy in manifest["shards"]:
+        staged = where / f"shard-{copy['shard']:04d}" / "profile.parquet"
+        rows.append(pq.read_table(staged))
+        staged.unlink()
+        del copy["files"]["profile.parquet"]
+        copy.pop("profile_entries")
+    manifest["profile_files"] = upload_bytes(_parquet(pa.concat_tables(rows)), str(where), "profile.parquet")
+    (where / "backup.json").write_text(json.dumps(manifest))
+    restore_backup(str(tmp_path / "backups"), tmp_path / "restored", LimitSettings())
+    restored = _open(tmp_path / "restored")
+    assert _state(restored) == expected
+    restored.close()
+
+
+def _parquet(table: pa.Table) -> bytes:
+    out = pa.BufferOutputStream()
+    pq.write_table(table, out)
+    return bytes(out.getvalue().to_pybytes())
