@@ -37,6 +37,7 @@ from memory_core.store.shard import FactShard, SlotCopy, UserErasure
 _REPEATABLE = frozenset(
     {
         "search",
+        "recall",
         "replaced",
         "get",
         "list_user",
@@ -269,6 +270,11 @@ class ShardClient(ActorClient):
 
     def search(self, user_id: str, vector: np.ndarray, k: int, now: datetime) -> list[tuple[Fact, float]]:
         return self._call("search", user_id, vector, k, now)  # type: ignore[no-any-return]
+
+    def recall(
+        self, user_id: str, vector: np.ndarray, k: int, now: datetime
+    ) -> tuple[list[tuple[Fact, float]], list[ProfileEntry]]:
+        return self._call("recall", user_id, vector, k, now)  # type: ignore[no-any-return]
 
     def replaced(self, user_id: str, fact_ids: Sequence[int]) -> dict[int, list[Fact]]:
         return self._call("replaced", user_id, list(fact_ids))  # type: ignore[no-any-return]

@@ -113,10 +113,9 @@ class LocalBackend:
     async def recall(self, user: str, query: str, k: int | None) -> RecallOut:
         def call() -> RecallOut:
             stored = self._user(user)
-            hits = self._svc.recall(stored, query, k, history=True)
+            hits, profile = self._svc.recall_with_profile(stored, query, k, history=True)
             return RecallOut(
-                memories=[HitOut.of_hit(h) for h in hits],
-                profile=[ProfileOut.of(e) for e in self._svc.profile(stored)],
+                memories=[HitOut.of_hit(h) for h in hits], profile=[ProfileOut.of(e) for e in profile]
             )
 
         return await self._run(call)

@@ -10,7 +10,7 @@ from datetime import datetime
 from memory_core import telemetry
 from memory_core.dates import Period, period_of
 from memory_core.embedding import Embedder
-from memory_core.models import Fact, RecallHit
+from memory_core.models import Fact, ProfileEntry, RecallHit
 from memory_core.settings import RecallSettings
 from memory_core.store.facts import FactStore
 from memory_core.text import Tokenizer, asks_about_someone_else, has_cjk
@@ -88,6 +88,30 @@ class Recaller:
         Returns:
             Hits, best first.
         """
+        return self._recall(user_id, question, now, k, threshold, history, with_profile=False)[0]
+
+    def recall_with_profile(
+        self,
+        user_id: str,
+        question: str,
+        now: datetime,
+        k: int | None = None,
+        threshold: float | None = None,
+        history: bool = False,
+    ) -> tuple[list[RecallHit], list[ProfileEntry]]:
+        """:meth:`recall`, and the user's profile entries fetched in the same store call."""
+        return self._recall(user_id, question, now, k, threshold, history, with_profile=True)
+
+    def _recall(
+        self,
+        user_id: str,
+        question: str,
+        now: datetime,
+        k: int | None,
+        threshold: float | None,
+        history: bool,
+        with_profile: bool,
+    ) -> tuple[list[RecallHit], list[ProfileEntry]]:
         k = k or self._settings.k
         if threshold is None:
             threshold = self._settings.threshold
@@ -98,7 +122,10 @@ class Recaller:
                 vector = self._embedder.embed_query(question)
             want = max(k * _CANDIDATES_PER_HIT, _MIN_CANDIDATES)
             with telemetry.span("search", candidates_wanted=want) as searched:
-                candidates = self._store.search(user_id, vector, want, now)
+                if with_profile:
+                    candidates, profile = self._store.recall(user_id, vector, want, now)
+                else:
+                    candidates, profile = self._store.search(user_id, vector, want, now), []
                 searched.set_attribute("longmem.candidates", len(candidates))
             with telemetry.span("rank"):
                 ranked = self.rank(question, candidates, period_of(question, now))
@@ -109,7 +136,7 @@ class Recaller:
                 for hit in kept:
                     hit.replaced = chains.get(hit.fact.id, [])
             traced.set_attribute("longmem.hits", len(kept))
-        return kept
+        return kept, profile
 
     def _cut(self, question: str, hits: list[RecallHit], threshold: float) -> list[RecallHit]:
         # A question and a fact in different languages score lower for the same meaning (the

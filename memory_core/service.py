@@ -193,8 +193,7 @@ class MemoryService:
         self.check_turns(user_id, [Turn(role=Role.USER, content=message)])
         now = self.clock.now()
         with telemetry.span("longmem.chat"):
-            hits = self.recall(user_id, message, k, history=True)
-            profile = self.profile(user_id)
+            hits, profile = self.recall_with_profile(user_id, message, k, history=True)
             window = list(history) if history is not None else self.working.window(user_id, session_id)
             messages = build_messages(message, hits, profile, window, instructions)
             completion = llm.reply(messages, max_tokens)
@@ -289,10 +288,28 @@ class MemoryService:
             at: recall as of this time (facts expired by then are left out); the clock's now by default.
             history: with each hit, the facts it replaced (what was true before it).
         """
+        return self.recaller.recall(
+            user_id, question, self._asked(user_id, question, at), k, threshold, history
+        )
+
+    def recall_with_profile(
+        self,
+        user_id: str,
+        question: str,
+        k: int | None = None,
+        threshold: float | None = None,
+        at: datetime | None = None,
+        history: bool = False,
+    ) -> tuple[list[RecallHit], list[ProfileEntry]]:
+        """:meth:`recall`, and the user's profile, read in the same call to their shard."""
+        when = self._asked(user_id, question, at)
+        return self.recaller.recall_with_profile(user_id, question, when, k, threshold, history)
+
+    def _asked(self, user_id: str, question: str, at: datetime | None) -> datetime:
+        """Check a recall's user id and question; the time it recalls as of."""
         self._user(user_id)
         check_text(question, self.settings.limits.max_text_chars)
-        when = as_utc(at) if at else self.clock.now()
-        return self.recaller.recall(user_id, question, when, k, threshold, history)
+        return as_utc(at) if at else self.clock.now()
 
     def profile(self, user_id: str) -> list[ProfileEntry]:
         """The user's lasting preferences."""
@@ -334,8 +351,8 @@ class MemoryService:
 
     def build_prompt(self, user_id: str, session_id: str, question: str, k: int | None = None) -> str:
         """Prompt for answering ``question``: profile, recalled memories, working window."""
-        hits = self.recall(user_id, question, k, history=True)
-        return build_prompt(question, hits, self.profile(user_id), self.working.window(user_id, session_id))
+        hits, profile = self.recall_with_profile(user_id, question, k, history=True)
+        return build_prompt(question, hits, profile, self.working.window(user_id, session_id))
 
     def list_facts(self, user_id: str, include_superseded: bool = False) -> list[Fact]:
         """All of the user's facts, oldest first."""

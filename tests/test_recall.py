@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 from memory_core.clock import ManualClock
 from memory_core.models import Tag
@@ -121,3 +122,33 @@ def test_facts_survive_a_restart(open_service: Callable[[], MemoryService]) -> N
     assert {f.id for f in again.list_facts("u5")} == {f.id for f in stored}
     assert "跑步" in _texts(again, "u5", "我有什么运动习惯？")[0]
     assert [e.text for e in again.profile("u5")] == ["回答要简短"]
+
+
+class _Counted:
+    """A shard whose calls are written down."""
+
+    def __init__(self, shard: object, calls: list[str]) -> None:
+        self._shard = shard
+        self._calls = calls
+
+    def __getattr__(self, name: str) -> Any:
+        self._calls.append(name)
+        return getattr(self._shard, name)
+
+
+def test_a_recall_reads_the_facts_and_the_profile_in_one_call_to_the_users_shard(
+    service: MemoryService,
+) -> None:
+    service.remember("alice", [Remember("I live in Hangzhou and work as a nurse", Tag.IDENTITY)])
+    service.set_preference("alice", "Answer in two sentences at most")
+    calls: list[str] = []
+    shards = service.facts.shards  # type: ignore[attr-defined]
+    shards[:] = [_Counted(shard, calls) for shard in shards]
+    hits, profile = service.recall_with_profile("alice", "Where do I live?")
+    assert calls == ["recall"]
+    assert [h.fact.text for h in hits] == ["I live in Hangzhou and work as a nurse"]
+    assert (
+        [e.text for e in profile]
+        == ["Answer in two sentences at most"]
+        == [e.text for e in service.profile("alice")]
+    )

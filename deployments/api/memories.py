@@ -120,9 +120,11 @@ def memory_router(rt: Runtime) -> APIRouter:
     def recall(user_id: str, body: RecallIn, principal: Principal = caller) -> RecallOut:
         """The memories that matter for a question, and the profile."""
         user = rt.user(principal, user_id)
-        hits = svc.recall(user, body.query, body.k, body.threshold, body.at, body.history)
+        hits, profile = svc.recall_with_profile(
+            user, body.query, body.k, body.threshold, body.at, body.history
+        )
         return RecallOut(
-            memories=[HitOut.of_hit(h) for h in hits], profile=[ProfileOut.of(e) for e in svc.profile(user)]
+            memories=[HitOut.of_hit(h) for h in hits], profile=[ProfileOut.of(e) for e in profile]
         )
 
     @router.post("/users/{user_id}/prompt", response_model=PromptOut)

@@ -51,6 +51,12 @@ class UserFacts(Protocol):
         """Exact top-k cosine search in the user's partition; see :meth:`FactShard.search`."""
         ...
 
+    def recall(
+        self, user_id: str, vector: np.ndarray, k: int, now: datetime
+    ) -> tuple[list[tuple[Fact, float]], list[ProfileEntry]]:
+        """:meth:`search` and the user's profile entries, in one call to their shard."""
+        ...
+
     def get(self, user_id: str, fact_id: int) -> Fact:
         """One of the user's facts; raises NotFoundError."""
         ...
@@ -521,6 +527,12 @@ class ShardedFactStore:
     def search(self, user_id: str, vector: np.ndarray, k: int, now: datetime) -> list[tuple[Fact, float]]:
         """Exact top-k search in the user's partition."""
         return self._on(user_id, lambda shard: shard.search(user_id, vector, k, now))
+
+    def recall(
+        self, user_id: str, vector: np.ndarray, k: int, now: datetime
+    ) -> tuple[list[tuple[Fact, float]], list[ProfileEntry]]:
+        """Exact top-k search in the user's partition and their profile, in one shard call."""
+        return self._on(user_id, lambda shard: shard.recall(user_id, vector, k, now))
 
     def get(self, user_id: str, fact_id: int) -> Fact:
         """One of the user's facts."""

@@ -292,6 +292,13 @@ class FactShard:
             self._admit([user_id], write=False)
             return self._mem.search(user_id, vector, k, now)
 
+    def recall(
+        self, user_id: str, vector: np.ndarray, k: int, now: datetime
+    ) -> tuple[list[tuple[Fact, float]], list[ProfileEntry]]:
+        """:meth:`search` and the user's profile entries, as one call."""
+        with self._lock:
+            return self.search(user_id, vector, k, now), self.profile(user_id)
+
     def _check_owned(self, user_id: str, fact_ids: Sequence[int]) -> None:
         self._admit([user_id], write=False)
         missing = [i for i in fact_ids if self._mem.owner(i) != user_id]
