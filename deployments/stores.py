@@ -26,7 +26,7 @@ from ray.exceptions import GetTimeoutError, RayActorError
 
 from memory_core.errors import ConfigError, LongmemError, StorageError
 from memory_core.models import Fact, NewFact, ProfileEntry, Turn
-from memory_core.routing import RoutingTable, read_routing, write_routing
+from memory_core.routing import RoutingTable, write_routing
 from memory_core.settings import LimitSettings, Settings
 from memory_core.store.facts import ShardedFactStore, ShardHandle, open_manifest, shard_dir
 from memory_core.store.inbox import PendingTurns, StoredAnswer
@@ -160,8 +160,7 @@ class ShardActor(StoreActor):
         root = Path(data_dir)
         if routing is not None:
             root.mkdir(parents=True, exist_ok=True)
-            if read_routing(root, shards).version < routing.version:
-                write_routing(root, routing)
+            write_routing(root, routing)
         routing = open_manifest(root, shards, dim, embedder, placement)
         _check_no_stray_shards(root, shard_no, routing.shards, placement)
         self._root = root
@@ -176,11 +175,9 @@ class ShardActor(StoreActor):
 
     def adopt(self, routing: RoutingTable) -> None:
         """Serve by ``routing`` from now on, and open by it after a restart: the table is written
-        into this node's data root too (shard 0's root holds the switch itself, and a node's
-        other shards write the same table)."""
-        current = self._target.routing
-        if current is None or routing.version > current.version:
-            write_routing(self._root, routing)
+        into this node's data root too, unless it holds a newer one (shard 0's root holds the
+        switch itself, and a root shared by several shards is written by each)."""
+        write_routing(self._root, routing)
         self._target.adopt(routing)
 
     def health(self) -> dict[str, Any]:
@@ -530,6 +527,18 @@ def _shard_actors(settings: Settings) -> list[tuple[int, ActorHandle]]:
     return sorted(found, key=lambda item: item[0])
 
 
+def stop_old_profile_actor(settings: Settings) -> None:
+    """Close and end the profile actor an app from before profiles lived in the shards left
+    running (it holds the data dir's old profile file, which is then moved into the shards)."""
+    try:
+        actor = ray.get_actor(_OLD_PROFILE_ACTOR, namespace=settings.serve.namespace)
+    except ValueError:
+        return  # none
+    with contextlib.suppress(RayActorError, GetTimeoutError):  # a dead one holds no file
+        ray.get(actor.invoke.remote("close"), timeout=settings.serve.call_timeout_s)
+    ray.kill(actor, no_restart=True)
+
+
 def stop_stores(settings: Settings) -> list[str]:
     """Close every store actor's files cleanly, then end the actors (no restart).
 
@@ -538,10 +547,6 @@ def stop_stores(settings: Settings) -> list[str]:
     """
     # As many shards as there are now (a reshard may have changed the count).
     actors = [(shard_actor_name(number), actor) for number, actor in _shard_actors(settings)]
-    with contextlib.suppress(ValueError):  # none (only an app from before profiles lived in shards)
-        actors.append(
-            (_OLD_PROFILE_ACTOR, ray.get_actor(_OLD_PROFILE_ACTOR, namespace=settings.serve.namespace))
-        )
     problems = []
     for name, actor in actors:
         try:

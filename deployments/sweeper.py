@@ -18,6 +18,7 @@ from deployments.stores import (
     data_placement,
     open_fact_store,
     shard_data_dir,
+    stop_old_profile_actor,
 )
 from memory_core.backups import BackupSchedule, take_backup
 from memory_core.errors import ConfigError, LongmemError, StorageError
@@ -50,6 +51,7 @@ class SweeperActor:
         resharder = Resharder(shard_data_dir(settings, 0), facts, ActorShards(settings, dim, embedder))
         resharder.recover()
         # Before the ingress and the writers serve anything (they wait for this actor to start).
+        stop_old_profile_actor(settings)
         move_root_profiles(shard_data_dir(settings, 0), facts, settings.limits)
         self._reshards = ReshardRunner(resharder)
         log = SweepLog.for_data_dir(shard_data_dir(settings, 0), settings.sweep.log_keep)

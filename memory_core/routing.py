@@ -10,17 +10,19 @@ which routes every user exactly as before: no data moves when it is first read.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from memory_core.errors import ConfigError
+from memory_core.errors import ConfigError, StorageError
 from memory_core.store.fsutil import write_atomically
 
 SLOTS = 1024  # slots of a new data dir: the most shards it can ever be spread over
 _FILE = "routing.json"
+_LOCK = "routing.lock"  # held while the table is compared and written
 
 
 def _hash(user_id: str) -> int:
@@ -138,9 +140,18 @@ def read_routing(data_dir: Path, shards: int) -> RoutingTable:
 
 
 def write_routing(data_dir: Path, table: RoutingTable) -> None:
-    """Make ``table`` the data dir's routing, atomically and durably (the switch of a move).
+    """Make ``table`` the data dir's routing, atomically and durably (the switch of a move),
+    unless the file holds a newer one already: the table never goes back, whoever writes it (the
+    reshard's switch, and the shards of a root that adopt it, may write at once).
 
     Raises:
         StorageError: not written; the old table stands.
     """
-    write_atomically(data_dir / _FILE, lambda h: h.write(table.to_json().encode()))
+    try:
+        with open(data_dir / _LOCK, "ab") as lock:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)  # released when closed
+            if read_routing(data_dir, table.shards).version >= table.version:
+                return
+            write_atomically(data_dir / _FILE, lambda h: h.write(table.to_json().encode()))
+    except OSError as exc:
+        raise StorageError(f"cannot write the routing table in {data_dir}: {exc}") from exc

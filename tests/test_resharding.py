@@ -21,7 +21,7 @@ import pytest
 from memory_core.backups import restore_backup, take_backup
 from memory_core.errors import ConfigError, StorageError
 from memory_core.models import NewFact, ProfileEntry, Role, Turn
-from memory_core.routing import SLOTS, RoutingTable, shard_of
+from memory_core.routing import SLOTS, RoutingTable, read_routing, shard_of, write_routing
 from memory_core.settings import LimitSettings, StorageSettings, WorkingSettings
 from memory_core.store import resharding
 from memory_core.store.backup import upload_bytes
@@ -627,3 +627,12 @@ def _parquet(table: pa.Table) -> bytes:
     out = pa.BufferOutputStream()
     pq.write_table(table, out)
     return bytes(out.getvalue().to_pybytes())
+
+
+def test_the_routing_file_never_goes_back_whoever_writes_it(tmp_path: Path) -> None:
+    # The switch and the shards of a shared root adopting an older table may write at once.
+    table = RoutingTable.legacy(2)
+    newer = table.resized(3).moved(table.resized(3).plan(3)[0])
+    write_routing(tmp_path, newer)
+    write_routing(tmp_path, table.resized(3))  # an older table, adopted late
+    assert read_routing(tmp_path, 2) == newer
