@@ -1,23 +1,25 @@
 """Benchmark of resharding a data dir while it serves: 2 -> 4 -> 8 shards (and back to 3).
 
 ``--facts`` facts (default 200,000, random unit vectors, bench_store's data) over ``--users``
-users (2,000), with one in ten facts superseded by a newer one and a pending turn batch, a
-working window and a kept answer for every tenth user. After each reshard (``longmem shards
-add`` underneath, the store opened alone) it prints the wall time, the slots, users and facts
-moved, and checks against the store before any reshard:
+users (2,000), with one in ten facts superseded by a newer one, a profile entry for every user,
+and a pending turn batch, a working window and a kept answer for every tenth user. After each
+reshard (``longmem shards add`` underneath, the store opened alone) it prints the wall time, the
+slots, users and facts moved, and checks against the store before any reshard:
 
 - facts: the total, and every user's facts (ids, texts, supersede links) and vectors, the same
   (a lost or duplicated fact shows as a difference);
 - recall: the top-5 of ``--queries`` random users' queries, the same ids and scores;
 - results of another user: 0 (every hit belongs to the asking user);
-- each user on the shard its slot names, pending turns, windows and kept answers all there;
+- each user on the shard its slot names, profile entries, pending turns, windows and kept
+  answers all there;
 - recall latency p50 / p99 after the reshard against before it (same queries, same run): the
   moved users' indexes search as fast as before.
 
-A live client writes (to 50 users of its own) and recalls (random users) on a thread of its
-own the whole time: its recall p99 during each reshard is printed against its p99 between them,
-and at the end every write it had acknowledged must be in the store once, and none of its
-recalls may have returned another user's fact.
+A live client writes facts and profile entries (to 50 users of its own) and recalls (facts and
+profile of random users, one call) on a thread of its own the whole time: its recall p99 during
+each reshard is printed against its p99 between them, and at the end every fact it had
+acknowledged must be in the store once, the last entry it set under each key there, and none of
+its recalls may have returned another user's fact.
 
 Usage::
 
@@ -63,7 +65,8 @@ _BATCH = 5_000
 
 
 def fill(store: LocalFactStore, plan: Plan, facts: int, users: int) -> float:
-    """Add the plan's facts, supersede one in ten, and give every tenth user turns and an answer."""
+    """Add the plan's facts, supersede one in ten, give every user a profile entry and every
+    tenth user turns and an answer."""
     began = time.perf_counter()
     newest: dict[str, int] = {}
     for start in range(0, facts, _BATCH):
@@ -73,6 +76,8 @@ def fill(store: LocalFactStore, plan: Plan, facts: int, users: int) -> float:
             if older is not None and fact.id % 10 == 0:
                 store.supersede(fact.user_id, older, fact.id)
             newest[fact.user_id] = fact.id
+    for user_no in range(users):
+        store.set_profile(user_name(user_no), f"style of user {user_no}", "api", T0, key="style")
     for user_no in range(0, users, 10):
         user = user_name(user_no)
         turn = Turn(role=Role.USER, content=f"turn of {user}", at=T0, turn_id=f"t-{user_no}")
@@ -83,7 +88,8 @@ def fill(store: LocalFactStore, plan: Plan, facts: int, users: int) -> float:
 
 
 def digest(store: LocalFactStore, users: int) -> tuple[int, str, str]:
-    """(facts, a digest of every user's facts and vectors, a digest of turns, windows, answers)."""
+    """(facts, a digest of every user's facts and vectors, a digest of profiles, turns, windows,
+    answers)."""
     facts, inbox = hashlib.blake2b(), hashlib.blake2b()
     total = 0
     for user_no in range(users):
@@ -93,7 +99,8 @@ def digest(store: LocalFactStore, users: int) -> tuple[int, str, str]:
         # str(): a datetime read back from Arrow has an equal tzinfo that reprs otherwise
         facts.update(repr([(f.id, f.text, f.superseded_by, str(f.expire_at)) for f in rows]).encode())
         facts.update(store.vectors_of(user, [f.id for f in rows]).tobytes())
-        inbox.update(repr((store.window(user, "window"), store.answer(user, "key", T0))).encode())
+        kept = (store.profile(user), store.window(user, "window"), store.answer(user, "key", T0))
+        inbox.update(repr(kept).encode())
     inbox.update(repr(sorted((b.user_id, b.turns) for b in store.pending_turns())).encode())
     return total, facts.hexdigest(), inbox.hexdigest()
 
@@ -122,6 +129,7 @@ class LiveClient:
         self._plan = plan
         self._users = users
         self.acked: dict[str, list[int]] = {}
+        self.entries: dict[tuple[str, str], str] = {}  # the last text set under each key
         self.latencies: dict[str, list[int]] = {}
         self.strangers = 0
         self.errors: list[str] = []
@@ -149,8 +157,11 @@ class LiveClient:
             try:
                 [fact] = self._store.add([NewFact(user_id=writer, text=f"live {n}", created_at=T0)], vector)
                 self.acked.setdefault(writer, []).append(fact.id)
+                key = f"live-{n % 3}"
+                self._store.set_profile(writer, f"live entry {n}", "api", T0, key=key)
+                self.entries[(writer, key)] = f"live entry {n}"
                 began = time.perf_counter_ns()
-                hits = self._store.search(reader, vector[0], K, SWEEP_AT)
+                hits, _ = self._store.recall(reader, vector[0], K, SWEEP_AT)
                 self.latencies.setdefault(self._bucket, []).append(time.perf_counter_ns() - began)
             except LongmemError as exc:
                 self.errors.append(f"{type(exc).__name__}: {exc}")
@@ -159,11 +170,14 @@ class LiveClient:
             n += 1
 
     def lost_or_duplicated(self) -> int:
-        """Acknowledged writes missing from the store, plus facts of its users held twice."""
+        """Acknowledged writes missing from the store, plus facts of its users held twice, plus
+        keys whose last entry is not there once."""
         bad = 0
         for user, ids in self.acked.items():
             stored = [f.id for f in self._store.list_user(user)]
             bad += len(set(ids) - set(stored)) + len(stored) - len(set(stored))
+        for (user, key), text in self.entries.items():
+            bad += [e.text for e in self._store.profile(user) if e.key == key] != [text]
         return bad
 
 
@@ -217,6 +231,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "users": args.users,
             "idle_recall_ms": base,
             "live_writes": sum(len(ids) for ids in live.acked.values()),
+            "live_profile_keys": len(live.entries),
             "live_lost_or_duplicated": live.lost_or_duplicated(),
             "live_results_of_another_user": live.strangers,
             "live_errors": live.errors,
@@ -230,7 +245,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             s["facts_lost_or_duplicated"] == 0
             and s["facts_and_vectors_same"]
             and s["recall_same"]
-            and s["turns_windows_answers_same"]
+            and s["profiles_turns_windows_answers_same"]
             and s["results_of_another_user"] == 0
             and s["users_misplaced"] == 0
             for s in steps
@@ -267,7 +282,7 @@ def check(
         "facts": found[0],
         "facts_lost_or_duplicated": abs(found[0] - expected[0]),
         "facts_and_vectors_same": found[1] == expected[1],
-        "turns_windows_answers_same": found[2] == expected[2],
+        "profiles_turns_windows_answers_same": found[2] == expected[2],
         "recall_same": after_hits == hits,
         "results_of_another_user": strangers,
         "users_misplaced": misplaced(store),

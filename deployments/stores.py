@@ -158,6 +158,7 @@ class ShardActor(StoreActor):
         adds is given the table that adds it: written into the root first (unless the root holds
         a newer one), so the shard opens by it, here and after a restart."""
         root = Path(data_dir)
+        _check_files_there(root, shard_no, ray.get_runtime_context().was_current_actor_reconstructed)
         if routing is not None:
             root.mkdir(parents=True, exist_ok=True)
             write_routing(root, routing)
@@ -196,6 +197,17 @@ def shard_data_dir(settings: Settings, shard_no: int) -> Path:
     resource = shard_resource(settings.serve.shard_resources, shard_no)
     found = settings.storage.node_data_dirs.get(resource or "", settings.storage.data_dir)
     return found.resolve()
+
+
+def _check_files_there(root: Path, shard_no: int, restarted: bool) -> None:
+    """Refuse to reopen a shard whose directory is not on this node: a restarted actor that Ray
+    placed where its files are not (a shared file system not mounted there, a local disk that
+    was not restored) would open an empty shard and take writes into it."""
+    if restarted and not shard_dir(root, shard_no).is_dir():
+        raise ConfigError(
+            f"shard {shard_no} restarted on a node whose {root} does not hold it: mount the data dir's "
+            "share there, or restore the shard (README: Backups)"
+        )
 
 
 def _check_no_stray_shards(root: Path, shard_no: int, shards: int, placement: list[str]) -> None:

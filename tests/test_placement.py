@@ -8,7 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from deployments.stores import _check_no_stray_shards, data_placement, shard_data_dir, shard_resource
+from deployments.stores import (
+    _check_files_there,
+    _check_no_stray_shards,
+    data_placement,
+    shard_data_dir,
+    shard_resource,
+)
 from memory_core.errors import ConfigError
 from memory_core.settings import ServeSettings, Settings, StorageSettings
 from memory_core.store.facts import open_manifest, read_manifest, shard_dir
@@ -57,3 +63,11 @@ def test_a_node_holding_another_nodes_shard_refuses_to_open(tmp_path: Path) -> N
     with pytest.raises(ConfigError, match="holds shard 1"):
         _check_no_stray_shards(tmp_path, 0, 4, SPREAD)
     _check_no_stray_shards(tmp_path, 0, 4, [])  # one machine: every shard is here
+
+
+def test_a_restarted_shard_refuses_a_node_without_its_files(tmp_path: Path) -> None:
+    _check_files_there(tmp_path, 1, restarted=False)  # a new shard: its directory is made
+    with pytest.raises(ConfigError, match="does not hold it"):
+        _check_files_there(tmp_path, 1, restarted=True)  # the share is not mounted here
+    shard_dir(tmp_path, 1).mkdir(parents=True)
+    _check_files_there(tmp_path, 1, restarted=True)
