@@ -356,7 +356,7 @@ def _build_parser() -> argparse.ArgumentParser:
 
     user(add("erase", cmd_erase, "remove every trace of a user"))
 
-    cmd = sub.add_parser("backup", help="back up every shard and the profile store (README: Backups)")
+    cmd = sub.add_parser("backup", help="back up every shard: facts, profiles, turns (README: Backups)")
     cmd.add_argument(
         "--to", help="a path or pyarrow URI (default: storage.backup_uri); a new backup goes under it"
     )
@@ -397,7 +397,7 @@ def _build_parser() -> argparse.ArgumentParser:
     cmd.add_argument(
         "--shards",
         type=_shard_list,
-        help="only these shards (e.g. 1,3: those of a dead node; the profile store goes with shard 0), "
+        help="only these shards (e.g. 1,3: those of a dead node, with their users' profiles), "
         "beside the shards the data dir already holds",
     )
     cmd.set_defaults(func=cmd_restore, standalone=True)

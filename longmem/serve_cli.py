@@ -49,7 +49,7 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> None:
     try:
         while not stopping.wait(1.0):
             pass
-        print("stopping: finishing queued memory writes, closing shards and profile store ...", flush=True)
+        print("stopping: finishing queued memory writes, closing the shards ...", flush=True)
         for problem in stop(settings):
             print(f"  warning: {problem}", file=sys.stderr)
         print("stopped.", flush=True)

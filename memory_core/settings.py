@@ -404,8 +404,9 @@ class ServeSettings(BaseModel):
     shard_resources: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="Custom Ray resources that pin shard actors to the nodes holding their files: shard i "
-        "runs on a node advertising shard_resources[i % len], the profile store with shard 0 (see "
-        "cluster.yaml). Fixed, in this order, once a data dir exists. Empty: anywhere (one machine).",
+        "runs on a node advertising shard_resources[i % len] (see cluster.yaml). With more than one, fixed, "
+        "in this order, once a data dir exists (each names a node's local disk); one names a group of nodes "
+        "sharing the data dir's file system. Empty: anywhere (one machine).",
     )
     max_turns_per_request: int = Field(
         default=1000, ge=1, description="Most turns in one ingest request (a whole imported session fits)."
@@ -413,7 +414,7 @@ class ServeSettings(BaseModel):
     max_request_bytes: int = Field(default=1 << 20, ge=1024, description="Largest request body accepted.")
     reply_max_tokens: int = Field(default=256, ge=16, description="Longest chat reply the LLM may write.")
     call_timeout_s: float = Field(
-        default=30.0, gt=0, description="How long the ingress waits for a shard or profile actor call."
+        default=30.0, gt=0, description="How long the ingress waits for a shard actor's call."
     )
     load_timeout_s: float = Field(
         default=900.0,

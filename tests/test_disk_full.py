@@ -1,7 +1,7 @@
 """A data dir on a filesystem that fills up: a tmpfs of a few MB mounted for the test (root).
 
-Real FAISS shards, DuckDB profile store and embedder behind the HTTP API: while the disk is
-full, writes answer 503 and nothing is half-stored; reads keep answering; once space is freed
+Real FAISS shards with their DuckDB profile files, and the embedder, behind the HTTP API: while
+the disk is full, writes answer 503 and nothing is half-stored; reads keep answering; once space is freed
 writes succeed again, and a restart holds every acknowledged fact and profile entry, once.
 """
 

@@ -31,7 +31,7 @@ from tests.serve_app import ADMIN_KEY, OPERATOR_KEY, client, free_port
 T = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 NAMESPACE = "longmem-multinode"
 SHARDS = 4
-# Shard i runs on the node advertising RESOURCES[i % 2]: shards 0 and 2 (and the profile store)
+# Shard i runs on the node advertising RESOURCES[i % 2]: shards 0 and 2 (and the sweeper)
 # on data-a, shards 1 and 3 on data-b.
 RESOURCES = ["longmem_data_a", "longmem_data_b"]
 

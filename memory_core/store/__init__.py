@@ -1,1 +1,1 @@
-"""Durable storage: fact shards (FAISS + log + snapshots) and the DuckDB profile store."""
+"""Durable storage: shards (FAISS + log + snapshots, a turn inbox, a DuckDB profile file each)."""

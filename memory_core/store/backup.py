@@ -6,8 +6,8 @@ never the id): a restore erases them again, so an erasure is not undone by resto
 taken before it.
 
 A backup is a directory ``<uri>/<id>/``: for each shard, its newest snapshot, the (empty) log
-segment that follows it and its turn inbox (pending turns, working windows, kept answers); the
-profile store as Parquet; and ``backup.json``, written last, which lists every file with its
+segment that follows it, its turn inbox (pending turns, working windows, kept answers) and its
+users' profile entries as Parquet; and ``backup.json``, written last, which lists every file with its
 size and CRC-32. A backup without ``backup.json`` was cut short and is never restored; a file
 that does not match its listing fails the restore. Each shard is staged by the process that owns
 it (the shard actor on its node) with its writes held — hard links to its snapshot, a copy of its
