@@ -275,12 +275,20 @@ print(ray.get(actor.__ray_call__.remote(lambda actor: os.getpid())))
     return int(app.cluster.python(code).strip().splitlines()[-1])
 
 
-def _settled(operator: httpx.Client) -> dict:
-    """The reshard's state once it is no longer running."""
-    while (layout := operator.get("/v1/admin/shards")).status_code != 200 or layout.json()["reshard"][
-        "state"
-    ] == "running":
-        time.sleep(1)
+def _killed_as_it_starts(app: ClusterApp, reshard: dict, actor: str) -> dict:
+    """Start a reshard (``{"add"|"remove": N}``), kill the process of ``actor`` with SIGKILL 0.3 s
+    later; the reshard's state once it no longer runs."""
+    victim = _actor_pid(app, actor)
+    with client(str(app.acme.base_url), OPERATOR_KEY) as operator:
+        started = operator.post("/v1/admin/shards", json=reshard)
+        assert started.status_code == 202, started.text
+        time.sleep(0.3)
+        os.kill(victim, signal.SIGKILL)
+        while (layout := operator.get("/v1/admin/shards")).status_code != 200 or layout.json()["reshard"][
+            "state"
+        ] == "running":
+            time.sleep(1)
+    print(f"after {actor}'s kill:", json.dumps(layout.json()["reshard"]))
     return layout.json()["reshard"]  # type: ignore[no-any-return]
 
 
@@ -338,29 +346,14 @@ def test_resharding_4_8_4_while_a_client_writes_and_recalls_loses_nothing(app: C
     try:
         time.sleep(20)  # idle figures first
         phase[0] = "moving"
-        # Shard 0 (the first moves' source, on data-a) killed with SIGKILL as the grow starts:
-        # Ray restarts it, still fenced; the reshard goes on, or stops and is resumed.
-        source = _actor_pid(app, "longmem-shard-0000")
-        with client(str(app.acme.base_url), OPERATOR_KEY) as operator:
-            started = operator.post("/v1/admin/shards", json={"add": 4})
-            assert started.status_code == 202, started.text
-            time.sleep(0.3)
-            os.kill(source, signal.SIGKILL)
-            after_shard_kill = _settled(operator)
-        print("after shard 0's kill:", json.dumps(after_shard_kill))
+        # Shard 0 (the first moves' source, on data-a) killed as the grow starts: Ray restarts it,
+        # still fenced; the reshard goes on, or stops and is resumed.
+        after_shard_kill = _killed_as_it_starts(app, {"add": 4}, "longmem-shard-0000")
         grown = after_shard_kill if after_shard_kill["state"] == "done" else _longmem_shards(app, "resume")
         eight = _longmem_shards(app, "status")
-        # The coordinator (the sweeper actor, on data-a) killed with SIGKILL as the shrink starts:
-        # Ray restarts it, it settles the move in flight, and the shrink is resumed.
-        coordinator = _actor_pid(app, "longmem-sweeper")
-        with client(str(app.acme.base_url), OPERATOR_KEY) as operator:
-            started = operator.post("/v1/admin/shards", json={"remove": 4})
-            assert started.status_code == 202, started.text
-            time.sleep(0.3)
-            os.kill(coordinator, signal.SIGKILL)
-            after_kill = _settled(operator)
-        print("after the coordinator's kill:", json.dumps(after_kill))
-        assert after_kill["interrupted_goal"] == 4
+        # The coordinator (the sweeper actor, on data-a) killed as the shrink starts: Ray restarts
+        # it, it settles the move in flight, and the shrink is resumed.
+        assert _killed_as_it_starts(app, {"remove": 4}, "longmem-sweeper")["interrupted_goal"] == 4
         shrunk = _longmem_shards(app, "resume")
     finally:
         stop.set()

@@ -551,13 +551,13 @@ def test_a_switch_or_a_drop_that_fails_is_settled_when_the_reshard_resumes(
 def _old_profile_file(path: Path, store: LocalFactStore) -> list[tuple[str, str, str, str]]:
     """Write every profile entry of ``store`` into one file at ``path``, as a data dir kept them
     before profiles lived in the shards, and take them from the shards; the entries."""
-    entries = [e for user in USERS for e in store.profile(user)]
+    listed = _entries(store)
     old = DuckDBProfileStore(path, LimitSettings())
-    old.take(entries)
+    old.take(e for user in USERS for e in store.profile(user))
     old.close()
     for shard in store.shards:
         shard.profiles.drop_users(USERS)
-    return sorted((e.user_id, e.key, e.text, e.source) for e in entries)
+    return listed
 
 
 def _entries(store: LocalFactStore) -> list[tuple[str, str, str, str]]:
