@@ -214,12 +214,12 @@ def restore_backup(
             download(join_uri(chosen, shard_part(copy.shard)), copy.files, directory)
             if PROFILE_FILE in copy.files:
                 staged = directory / PROFILE_FILE
-                _load_profiles(directory, pq.read_table(staged), copy.profile_entries, limits)
+                _load_profiles(directory, _read_parquet(staged), copy.profile_entries, limits)
                 staged.unlink()
     if record.profile_files:
         # A backup from before profiles lived in the shards: its one file, split by the routing.
         download(chosen, record.profile_files, restore_scratch(data_dir))
-        table = pq.read_table(restore_scratch(data_dir) / PROFILE_FILE)
+        table = _read_parquet(restore_scratch(data_dir) / PROFILE_FILE)
         routing = RoutingTable.from_json(record.routing) if record.routing else None
         routing = routing or RoutingTable.legacy(len(record.shards))
         owners = np.array([routing.shard_of(user) for user in table.column("user_id").to_pylist()])
@@ -246,6 +246,19 @@ def restore_backup(
     return record.model_copy(
         update={"seconds": round(time.perf_counter() - began, 3), "erased_again": len(again)}
     )
+
+
+def _read_parquet(path: Path) -> pa.Table:
+    """The profile entries a backup's file holds.
+
+    Raises:
+        StorageError: the file cannot be read (its bytes matched the listing: a bad copy at the
+            source).
+    """
+    try:
+        return pq.read_table(path)
+    except (OSError, pa.ArrowException) as exc:
+        raise StorageError(f"cannot read the backup's profile file {path.name}: {exc}") from None
 
 
 def _load_profiles(directory: Path, table: pa.Table, expected: int, limits: LimitSettings) -> None:

@@ -21,7 +21,7 @@ import pytest
 from memory_core.backups import restore_backup, take_backup
 from memory_core.errors import ConfigError, StorageError
 from memory_core.models import NewFact, ProfileEntry, Role, Turn
-from memory_core.routing import SLOTS, RoutingTable, read_routing, shard_of, write_routing
+from memory_core.routing import SLOTS, RoutingTable, SlotMove, read_routing, shard_of, write_routing
 from memory_core.settings import LimitSettings, StorageSettings, WorkingSettings
 from memory_core.store import resharding
 from memory_core.store.backup import upload_bytes
@@ -462,7 +462,12 @@ def test_a_move_in_flight_lists_each_user_once(tmp_path: Path) -> None:
     store.shards[2].import_slots(store.shards[1].export_slots(store.routing.slots_of(1), SLOTS))
     assert store.shards[2].stats()["users"] > 0 and store.users("acme", "", 1000) == listed
     assert store.shards[2].stats()["profile_entries"] > 0
-    assert store.profile_users("acme", "", 1000) == [(u, 2) for u, _ in listed if USERS.index(u) % 2 == 0]
+    with_profiles = [(u, 2) for u, _ in listed if USERS.index(u) % 2 == 0]
+    assert store.profile_users("acme", "", 1000) == with_profiles
+    # The switch half announced: the target serves by the new table, the source not yet.
+    store.shards[2].adopt(store.routing.moved(SlotMove(1, 2, tuple(store.routing.slots_of(1)))))
+    assert store.users("acme", "", 1000) == listed
+    assert store.profile_users("acme", "", 1000) == with_profiles
     store.close()
 
 
@@ -537,6 +542,10 @@ def test_a_switch_or_a_drop_that_fails_is_settled_when_the_reshard_resumes(
     with pytest.raises(StorageError, match="no space"):
         store.reshard(4)  # resumes: settling the half-announced switch, the source's drop fails
     assert failed
+    # The source stays fenced until its drop is done: no backup holds the users on both shards.
+    assert any(shard.stats()["moving_slots"] for shard in store.shards)
+    with pytest.raises(StorageError, match="reshard moved slots"):
+        take_backup(store, DIM, "test-embedder", str(tmp_path / "backups"), NOW)
     monkeypatch.undo()
     store.reshard(4)  # resumes again: the failed drop is done now
     assert not any(shard.stats()["moving_slots"] for shard in store.shards)
@@ -636,3 +645,16 @@ def test_the_routing_file_never_goes_back_whoever_writes_it(tmp_path: Path) -> N
     write_routing(tmp_path, newer)
     write_routing(tmp_path, table.resized(3))  # an older table, adopted late
     assert read_routing(tmp_path, 2) == newer
+
+
+def test_entries_taken_for_a_user_are_their_whole_profile_there(tmp_path: Path) -> None:
+    # A move or an old profile file brings each user's entries as they were: taken again (a move
+    # retried, a migration cut short) they are the same, and nothing older stays beside them.
+    profiles = DuckDBProfileStore(tmp_path / "profile.duckdb", LimitSettings())
+    first = [ProfileEntry(user_id="u", key=k, text=f"{k} text", source="api", updated_at=NOW) for k in "ab"]
+    profiles.take(first)
+    profiles.take(first)
+    assert profiles.get("u") == first
+    profiles.take(first[1:])
+    assert profiles.get("u") == first[1:]
+    profiles.close()

@@ -570,8 +570,9 @@ class ShardedFactStore:
 
     def users(self, tenant: str, after: str, limit: int) -> list[tuple[str, int]]:
         """``tenant``'s users over every shard, by stored id (see :meth:`UserFacts.users`)."""
-        merged = [user for shard in self.shards for user in shard.users(tenant, after, limit)]
-        return sorted(merged)[:limit]
+        # By id: two shards may list a user while a switch is announced.
+        merged = dict(user for shard in self.shards for user in shard.users(tenant, after, limit))
+        return sorted(merged.items())[:limit]
 
     def erase_user(self, user_id: str) -> UserErasure:
         """Remove the user's facts, profile, pending turns and windows, and compact their shard so
@@ -598,8 +599,8 @@ class ShardedFactStore:
 
     def profile_users(self, tenant: str, after: str, limit: int) -> list[tuple[str, int]]:
         """``tenant``'s users with profile entries over every shard, by stored id."""
-        merged = [user for shard in self.shards for user in shard.profile_users(tenant, after, limit)]
-        return sorted(merged)[:limit]
+        merged = dict(user for shard in self.shards for user in shard.profile_users(tenant, after, limit))
+        return sorted(merged.items())[:limit]  # by id, as in :meth:`users`
 
     def extend_window(self, user_id: str, session_id: str, turns: Sequence[Turn]) -> None:
         """Add turns to a session's working window in the user's shard."""

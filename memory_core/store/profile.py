@@ -87,7 +87,8 @@ class DuckDBProfileStore:
 
     def _connect(self) -> duckdb.DuckDBPyConnection:
         try:
-            db = duckdb.connect(str(self.path))
+            # One thread: a node runs many shards, each with its file, and the queries are small.
+            db = duckdb.connect(str(self.path), config={"threads": 1})
             db.execute(_SCHEMA.format(table="profile"))
         except duckdb.Error as exc:
             raise StorageError(f"cannot open profile store {self.path}: {exc}") from exc
@@ -315,19 +316,23 @@ class DuckDBProfileStore:
         ]
 
     def take(self, entries: Iterable[ProfileEntry]) -> None:
-        """Store entries as they are (another shard's export), in one transaction; one with a key
-        the user has here replaces it.
+        """Make the entries given each user's whole profile here, stored as they are (another
+        shard's export, an old profile file), in one transaction: taking them twice is once, and
+        no entry the user had here before stays beside them.
 
         Raises:
             StorageError: not committed; nothing changed.
         """
-        rows = [[e.user_id, e.key, e.text, e.source, e.updated_at.replace(tzinfo=None)] for e in entries]
-        if not rows:
+        given = list(entries)
+        if not given:
             return
+        rows = [[e.user_id, e.key, e.text, e.source, e.updated_at.replace(tzinfo=None)] for e in given]
+        users = sorted({e.user_id for e in given})
         with self._lock:
             try:
                 self._db.begin()
-                self._db.executemany("INSERT OR REPLACE INTO profile VALUES (?, ?, ?, ?, ?)", rows)
+                self._db.execute("DELETE FROM profile WHERE list_contains(?, user_id)", [users])
+                self._db.executemany("INSERT INTO profile VALUES (?, ?, ?, ?, ?)", rows)
                 self._db.commit()
             except duckdb.Error as exc:
                 self._roll_back()

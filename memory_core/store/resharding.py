@@ -128,17 +128,19 @@ class Resharder:
         on_disk = read_routing(self.data_dir, self.store.routing.shards)
         routing = on_disk if on_disk.version > self.store.routing.version else self.store.routing
         self._announce(routing)  # a shard that restarted on an older table gets it too
-        for shard in self.store.shards:
-            shard.unfence()  # settled below: not switched, the source owns the slots again;
-            # switched, it has adopted the table above and refuses their users.
-        if journal is None:
-            return
-        move = journal["move"]
-        if move is not None:
+        move = journal["move"] if journal is not None else None
+        if journal is not None and move is not None:
             switched = routing.version > move["version"]
             holder = self.store.shards[move["source"] if switched else move["target"]]
             holder.drop_slots(move["slots"], len(routing.owners))
             _write(self.data_dir, journal["goal"], None, routing.version)
+        # Settled: not switched, the source owns the slots again; switched, it has adopted the
+        # table above and refuses their users. Fenced until then, so that no backup copies the
+        # users from both shards.
+        for shard in self.store.shards:
+            shard.unfence()
+        if journal is None:
+            return
         self._host.retire_from(routing.shards)  # a shrink's switch was written, its deletes not
         if journal["goal"] == routing.shards and not routing.plan(routing.shards):
             self._finish()

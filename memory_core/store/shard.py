@@ -150,13 +150,15 @@ class FactShard:
         # rescan them over and over (15-30 % of load time at 1M facts) without freeing any.
         gc.disable()
         try:
-            self.recovery = self._recover()
-            self._wal = wal.WalWriter(directory, self._current_seq)
-            self._inbox = TurnInbox(directory / "inbox", window_turns)
-            self.profiles = DuckDBProfileStore(directory / PROFILE_DB, self._limits)
-        except StorageError:
-            self._dir_lock.close()
-            raise
+            with contextlib.ExitStack() as opened:  # what opened is closed again if a later part fails
+                opened.callback(self._dir_lock.close)
+                self.recovery = self._recover()
+                self._wal = wal.WalWriter(directory, self._current_seq)
+                opened.callback(self._wal.close)
+                self._inbox = TurnInbox(directory / "inbox", window_turns)
+                opened.callback(self._inbox.close)
+                self.profiles = DuckDBProfileStore(directory / PROFILE_DB, self._limits)
+                opened.pop_all()
         finally:
             gc.enable()
 
@@ -598,8 +600,8 @@ class FactShard:
             self.profiles.delete(user_id, key)
 
     def take_profile(self, user_id: str, entries: Sequence[ProfileEntry]) -> None:
-        """Store some of the user's entries as they are (keys, sources and times kept; the cap is
-        not applied): a data dir's profile file from before profiles lived in shards.
+        """Make ``entries`` the user's profile, stored as they are (keys, sources and times kept;
+        the cap is not applied): a data dir's profile file from before profiles lived in shards.
 
         Raises:
             StorageError: not committed; nothing changed.
