@@ -306,6 +306,9 @@ class ShardClient(ActorClient):
     def supersede(self, user_id: str, old_id: int, new_id: int) -> None:
         self._call("supersede", user_id, old_id, new_id)
 
+    def add_sources(self, user_id: str, fact_id: int, turn_ids: Sequence[str]) -> Fact:
+        return self._call("add_sources", user_id, fact_id, list(turn_ids))  # type: ignore[no-any-return]
+
     def expire(self, now: datetime, limit: int | None = None, tenant: str | None = None) -> list[int]:
         return self._call("expire", now, limit, tenant)  # type: ignore[no-any-return]
 

@@ -26,7 +26,7 @@ from typing import IO, Any, BinaryIO, NoReturn
 import numpy as np
 import pytest
 
-from memory_core.errors import CorruptionError, StorageError
+from memory_core.errors import CorruptionError, NotFoundError, StorageError
 from memory_core.models import Fact, NewFact
 from memory_core.routing import shard_of
 from memory_core.settings import LimitSettings, StorageSettings
@@ -602,6 +602,29 @@ def test_failed_write_on_one_shard_takes_back_the_whole_batch(
     store = LocalFactStore(storage, LimitSettings(), DIM, "durability-test")
     assert _texts(store, first) == set() and _texts(store, second) == set()
     store.close()
+
+
+def test_sources_added_to_a_fact_survive_reopen_from_the_log_and_from_a_snapshot(tmp_path: Path) -> None:
+    rng = np.random.default_rng(3)
+    shard = FactShard(tmp_path, DIM)
+    (fact,) = shard.add(
+        [NewFact(user_id="alice", text="likes tea", created_at=NOW, source_turn_ids=("t1",))], _unit(rng, 1)
+    )
+    (bobs,) = shard.add([NewFact(user_id="bob", text="likes tea", created_at=NOW)], _unit(rng, 1))
+    assert shard.add_sources("alice", fact.id, ["t5", "t1", "t5"]).source_turn_ids == ("t1", "t5")
+    with pytest.raises(NotFoundError):
+        shard.add_sources("alice", bobs.id, ["t9"])  # another user's fact
+    shard.close()
+    shard = FactShard(tmp_path, DIM)  # from the log
+    assert shard.get("alice", fact.id).source_turn_ids == ("t1", "t5")
+    assert shard.get("bob", bobs.id).source_turn_ids == ()
+    shard.add_sources("alice", fact.id, ["t8"])
+    shard.snapshot()
+    shard.close()
+    shard = FactShard(tmp_path, DIM)  # from the snapshot
+    assert shard.get("alice", fact.id).source_turn_ids == ("t1", "t5", "t8")
+    assert shard.recovery.replayed_records == 0
+    shard.close()
 
 
 def test_concurrent_atomic_writes_of_one_path_never_share_a_temp_file(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from memory_core.evaluation.locomo import (
     RawTurnsSystem,
     Retrieved,
     WindowSystem,
+    _shown_sources,
     evidence_recall,
     load_locomo,
     merge_top_k,
@@ -31,6 +33,7 @@ from memory_core.evaluation.locomo import (
 )
 from memory_core.llm.base import LLMEngine
 from memory_core.llm.factory import make_engine
+from memory_core.models import Fact, RecallHit
 from memory_core.settings import Settings
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "locomo"
@@ -172,6 +175,23 @@ def qwen() -> Iterator[LLMEngine]:
     engine.close()
 
 
+def test_a_hit_covers_the_turns_of_the_versions_it_replaced() -> None:
+    def fact(fact_id: int, *sources: str) -> Fact:
+        return Fact(
+            id=fact_id,
+            user_id="u",
+            text=f"v{fact_id}",
+            created_at=datetime(2023, 5, 1, tzinfo=UTC),
+            source_turn_ids=sources,
+        )
+
+    hit = RecallHit(
+        fact=fact(3, "D4:2"), score=1.0, vector_score=1.0, replaced=[fact(2, "D2:5", "D4:2"), fact(1, "D1:1")]
+    )
+    assert _shown_sources(hit) == ("D4:2", "D2:5", "D1:1")  # what the answerer reads with the hit
+    assert evidence_recall(["D1:1", "D2:5"], [Retrieved("v3", _shown_sources(hit))]) == 1.0
+
+
 def test_longmem_keeps_source_turns_and_resumes_without_new_llm_calls(
     locomo_dir: Path, tmp_path: Path, embedder: Embedder, qwen: LLMEngine
 ) -> None:
@@ -218,6 +238,10 @@ def test_command_writes_the_report_and_plot(
     assert data["conversations"] == [{"id": "conv-1", "sessions": 2, "turns": 5, "questions": 4}]
     for entry in data["systems"].values():
         assert {"evidence_recall", "by_category", "memories", "llm_calls", "ingest_seconds"} <= set(entry)
+    assert data["systems"]["raw_turns"]["memories_per_turn"] == 1.0  # every turn is one
+    assert data["systems"]["window"]["memories_per_turn"] == round(
+        data["systems"]["window"]["memories"] / 5, 3
+    )
     assert report.with_suffix(".png").stat().st_size > 1000
     assert "raw_turns" in capsys.readouterr().out
     assert main(["eval", "locomo", str(locomo_dir), "--systems", "nope"]) == 2

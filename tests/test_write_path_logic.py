@@ -136,12 +136,20 @@ def test_facts_in_the_wrong_language_are_invalid(svc: MemoryService, engine: Scr
     assert [f.text for f in outcome.facts] == ["User lives in Lyon"]
 
 
-def test_duplicates_are_skipped_and_updates_supersede(svc: MemoryService, engine: ScriptedEngine) -> None:
+def test_a_repeat_joins_the_stored_facts_sources_and_updates_supersede(
+    svc: MemoryService, engine: ScriptedEngine
+) -> None:
     engine.script("extract", facts_json(("用户住在杭州", "identity", "fact", False)))
-    (first,) = svc.ingest("u", "s", [_user("我住在杭州")])
+    (first,) = svc.ingest("u", "s", [Turn(role=Role.USER, content="我住在杭州", turn_id="s:1")])
     engine.script("extract", facts_json(("用户住在杭州", "identity", "fact", False)))
-    (again,) = svc.ingest("u", "s", [_user("我住在杭州啊")])
-    assert again.duplicates == 1 and again.facts == []
+    (again,) = svc.ingest("u", "s", [Turn(role=Role.USER, content="我住在杭州啊", turn_id="s:7")])
+    # One memory, and the turn that said it again is one of its sources.
+    assert again.duplicates == 1 and again.facts == [] and again.repeated == [first.facts[0].id]
+    assert [f.source_turn_ids for f in svc.list_facts("u")] == [("s:1", "s:7")]
+    # Said a third time by the same turn (a write resumed after a crash): not doubled.
+    engine.script("extract", facts_json(("用户住在杭州", "identity", "fact", False)))
+    svc.ingest("u", "s", [Turn(role=Role.USER, content="我住在杭州啊", turn_id="s:7")])
+    assert [f.source_turn_ids for f in svc.list_facts("u")] == [("s:1", "s:7")]
     engine.script("extract", facts_json(("用户搬到了深圳", "identity", "fact", False)))
     engine.script("resolve", "update")
     (moved,) = svc.ingest("u", "s", [_user("我上个月搬到深圳了")])

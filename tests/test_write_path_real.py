@@ -197,9 +197,21 @@ def test_temporary_by_meaning_and_lasting_facts_stay(svc: MemoryService) -> None
     assert "vegetarian" in left and "bike" not in left and "Whitby" not in left
 
 
-def test_recalled_across_languages_and_a_new_home_answers_where_i_live(svc: MemoryService) -> None:
-    svc.ingest("x-user", "s1", _turns(("user", "I keep bees on my allotment, about six hives.")))
+def test_recalled_across_languages_a_repeat_is_one_memory_and_a_new_home_answers_where_i_live(
+    svc: MemoryService,
+) -> None:
+    bees = "I keep bees on my allotment, about six hives."
+    svc.ingest("x-user", "s1", _turns(("user", bees)))
     assert any("bee" in h.fact.text.lower() for h in svc.recall("x-user", "我养了什么？"))
+    before = svc.list_facts("x-user")
+    (again,) = svc.ingest("x-user", "s2", [Turn(role=Role.USER, content=bees, turn_id="s2:0")])
+    # Said again a session later: no second memory; the later turn is a source of the first.
+    assert again.facts == [] and again.repeated, again
+    after = {f.id: f.source_turn_ids for f in svc.list_facts("x-user")}
+    assert after.keys() == {f.id for f in before}
+    for fact in before:
+        repeated = fact.id in again.repeated
+        assert after[fact.id] == ((*fact.source_turn_ids, "s2:0") if repeated else fact.source_turn_ids)
     svc.ingest("x-user", "s2", _turns(("user", "My new flat is on 22 Crane Street, Hobart.")))
     assert any("Crane Street" in h.fact.text for h in svc.recall("x-user", "Where do I live?"))
 

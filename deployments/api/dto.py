@@ -145,6 +145,9 @@ class TurnResult(BaseModel):
     quoted: int = Field(description="Wishes dropped as quoted or pasted text, not the user's own words.")
     duplicates: int
     echoes: int = Field(description="Extracted facts dropped as the other party's words, not the user's.")
+    repeated: list[MemoryId] = Field(
+        description="Stored memories this turn said again: the turn joined their sources."
+    )
     superseded: list[MemoryId]
     forgotten: list[MemoryId] = Field(description="Memories a forget request in this turn deleted.")
     error: str | None
@@ -162,6 +165,7 @@ class TurnResult(BaseModel):
             quoted=outcome.quoted,
             duplicates=outcome.duplicates,
             echoes=outcome.echoes,
+            repeated=[str(i) for i in outcome.repeated],
             superseded=[str(i) for i in outcome.superseded],
             forgotten=[str(f.id) for f in forgotten],
             error=outcome.error,

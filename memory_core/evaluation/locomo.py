@@ -432,8 +432,9 @@ class LongmemSystem:
                 hits = svc.recall(
                     conversation.user_of(speaker), question, k, threshold=-1.0, at=end, history=True
                 )
+                # The versions a hit replaced are read with it (dated), so their turns count.
                 return [
-                    Retrieved(h.fact.text, h.fact.source_turn_ids, h.score, _fact_context(h, speaker))
+                    Retrieved(h.fact.text, _shown_sources(h), h.score, _fact_context(h, speaker))
                     for h in hits
                 ]
 
@@ -522,6 +523,12 @@ def _as_speaker(text: str, speaker: str) -> str:
     return _USER.sub(speaker.split()[0], text)
 
 
+def _shown_sources(hit: RecallHit) -> tuple[str, ...]:
+    """The turns behind a hit and behind each version it replaced, first seen first."""
+    turns = [t for fact in (hit.fact, *hit.replaced) for t in fact.source_turn_ids]
+    return tuple(dict.fromkeys(turns))
+
+
 def _fact_context(hit: RecallHit, speaker: str) -> str:
     """A recalled fact dated as the chat prompt dates it: when it was said, the time it speaks of,
     and what it replaced."""
@@ -529,6 +536,10 @@ def _fact_context(hit: RecallHit, speaker: str) -> str:
     happened = f"; happened {event_span(fact)}" if fact.event_start is not None else ""
     said = f"(said {fact.created_at.date().isoformat()}{happened}) {_as_speaker(fact.text, speaker)}"
     return said + before_that(hit, lambda text: _as_speaker(text, speaker))
+
+
+def _per(count: int, turns: int) -> float | None:
+    return round(count / turns, 3) if turns else None
 
 
 def _mean(values: Sequence[float]) -> float | None:
@@ -557,6 +568,7 @@ def score_system(
                 "id": conversation.id,
                 "evidence_recall": _mean(scores),
                 "memories": run.memories,
+                "memories_per_turn": _per(run.memories, len(conversation.turns)),
                 "llm_calls": run.llm_calls,
                 "llm_tokens": run.llm_tokens,
                 "ingest_seconds": round(run.ingest_seconds, 2),
@@ -569,6 +581,7 @@ def score_system(
         "by_category": {c: _mean(v) for c, v in sorted(by_category.items())},
         "questions_by_category": {c: len(v) for c, v in sorted(by_category.items())},
         "memories": sum(r.memories for r in runs),
+        "memories_per_turn": _per(sum(r.memories for r in runs), sum(len(c.turns) for c in conversations)),
         "llm_calls": sum(r.llm_calls for r in runs),
         "llm_tokens": sum(r.llm_tokens for r in runs),
         "ingest_seconds": round(sum(r.ingest_seconds for r in runs), 2),
@@ -628,7 +641,14 @@ def report_table(report: dict[str, Any]) -> str:
     """The report as a small text table: one row per system (J and context tokens with --qa)."""
     categories = sorted({c for s in report["systems"].values() for c in s["by_category"]})
     qa = any("qa" in s for s in report["systems"].values())
-    head = ["system", f"recall@{report['k']}", *[f"cat {c}" for c in categories], "memories", "llm calls"]
+    head = [
+        "system",
+        f"recall@{report['k']}",
+        *[f"cat {c}" for c in categories],
+        "memories",
+        "per turn",
+        "llm calls",
+    ]
     head += ["J", "context tokens"] if qa else []
     rows = [head]
     for name, entry in report["systems"].items():
@@ -638,6 +658,7 @@ def report_table(report: dict[str, Any]) -> str:
             str(entry["evidence_recall"]),
             *[str(c) for c in cells],
             str(entry["memories"]),
+            str(entry["memories_per_turn"]),
             str(entry["llm_calls"]),
         ]
         if qa:

@@ -77,6 +77,10 @@ class UserFacts(Protocol):
         """Hide ``old_id`` from recall in favour of ``new_id``; both are kept."""
         ...
 
+    def add_sources(self, user_id: str, fact_id: int, turn_ids: Sequence[str]) -> Fact:
+        """Add turns that said a stored fact again to its sources; see :meth:`FactShard.add_sources`."""
+        ...
+
     def replaced(self, user_id: str, fact_ids: Sequence[int]) -> dict[int, list[Fact]]:
         """What each of the user's ``fact_ids`` replaced, down the chain, newest first."""
         ...
@@ -553,6 +557,10 @@ class ShardedFactStore:
     def supersede(self, user_id: str, old_id: int, new_id: int) -> None:
         """Hide ``old_id`` from recall in favour of ``new_id``."""
         self._on(user_id, lambda shard: shard.supersede(user_id, old_id, new_id))
+
+    def add_sources(self, user_id: str, fact_id: int, turn_ids: Sequence[str]) -> Fact:
+        """Add turns that said one of the user's facts again to its sources, durably."""
+        return self._on(user_id, lambda shard: shard.add_sources(user_id, fact_id, turn_ids))
 
     def replaced(self, user_id: str, fact_ids: Sequence[int]) -> dict[int, list[Fact]]:
         """What each of the user's ``fact_ids`` replaced, down the chain, newest first."""

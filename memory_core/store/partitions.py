@@ -186,6 +186,16 @@ class Partitions:
             part.facts[old] = after
             part.maybe_hidden += _hides(after) - _hides(before)
 
+    def add_sources(self, fact_id: int, turn_ids: Sequence[str]) -> None:
+        """Append turn ids to a fact's sources (those it holds already are not doubled)."""
+        user_id = self._owner.get(fact_id)
+        if user_id is None:
+            return
+        part = self._parts[user_id]
+        before = part.facts[fact_id]
+        added = tuple(t for t in dict.fromkeys(turn_ids) if t not in before.source_turn_ids)
+        part.facts[fact_id] = before.model_copy(update={"source_turn_ids": before.source_turn_ids + added})
+
     def search(self, user_id: str, vector: np.ndarray, k: int, now: datetime) -> list[tuple[Fact, float]]:
         """Exact top-``k`` cosine hits in the user's partition, skipping superseded and expired facts."""
         part = self._parts.get(user_id)

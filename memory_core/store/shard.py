@@ -210,6 +210,9 @@ class FactShard:
         elif record.op is wal.Op.SUPERSEDE:
             pairs = np.frombuffer(record.payload, dtype=np.int64).reshape(-1, 2)
             self._mem.mark_superseded([(int(a), int(b)) for a, b in pairs])
+        elif record.op is wal.Op.SOURCES:
+            added = json.loads(record.payload)
+            self._mem.add_sources(added["id"], added["turns"])
 
     # ----------------------------------------------------------------- logging
 
@@ -394,6 +397,21 @@ class FactShard:
             self._log(wal.Op.SUPERSEDE, struct.pack("<qq", old_id, new_id))
             self._mem.mark_superseded([(old_id, new_id)])
             self._maybe_snapshot()
+
+    def add_sources(self, user_id: str, fact_id: int, turn_ids: Sequence[str]) -> Fact:
+        """Durably add turns to the sources of one of the user's facts (a turn that said it again);
+        the fact as it is now.
+
+        Raises:
+            NotFoundError: the id is not one of the user's facts.
+        """
+        with self._lock:
+            self._admit([user_id], write=True)
+            self._check_owned(user_id, [fact_id])
+            self._log(wal.Op.SOURCES, json.dumps({"id": fact_id, "turns": list(turn_ids)}).encode("utf-8"))
+            self._mem.add_sources(fact_id, turn_ids)
+            self._maybe_snapshot()
+            return self._mem.fact(fact_id)
 
     def expire(self, now: datetime, limit: int | None = None, tenant: str | None = None) -> list[int]:
         """Durably delete up to ``limit`` facts whose ``expire_at`` is before ``now``.

@@ -35,6 +35,7 @@ class Op(IntEnum):
     TURNS_DONE = 6  # a turn inbox's: uint64 sequence number of a batch written
     ANSWER = 7  # a turn inbox's: the answer given to a write call with an Idempotency-Key, JSON
     WINDOW = 8  # a turn inbox's: turns joining a session's working window without a write, JSON
+    SOURCES = 9  # payload: JSON {"id": fact id, "turns": [turn ids a repeat added]}
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,9 @@ class TurnOutcome:
     quoted: int = 0  # profile items dropped as wishes of quoted or pasted text, not the user's
     duplicates: int = 0
     echoes: int = 0  # extracted facts dropped as the other party's words, not the user's
+    repeated: list[int] = field(
+        default_factory=list
+    )  # stored facts said again: the turn joined their sources
     superseded: list[int] = field(default_factory=list)
     forgotten: ForgetResult | None = None
     llm_calls: int = 0
@@ -57,6 +60,7 @@ class _Plan:
 
     new: list[tuple[ExtractedFact, np.ndarray, Period | None]] = field(default_factory=list)
     replaces: dict[int, int] = field(default_factory=dict)  # index in ``new`` -> old fact id
+    repeats: list[int] = field(default_factory=list)  # stored facts the turn says again
     profile: list[ExtractedFact] = field(default_factory=list)
     quoted: int = 0
     duplicates: int = 0
@@ -198,7 +202,11 @@ class WritePath:
                     else self._llm.choose(resolve_messages(old.text, item.text), RELATIONS)
                 )
                 if relation == "same":
+                    # Said again: one memory, with every turn that said it as a source (a
+                    # question about the later turn finds it too).
                     plan.duplicates += 1
+                    if old.id not in plan.repeats and old.id not in plan.replaces.values():
+                        plan.repeats.append(old.id)
                     continue
                 if relation == "update":
                     plan.replaces[len(plan.new)] = old.id
@@ -256,6 +264,10 @@ class WritePath:
         if new_facts:
             vectors = np.vstack([vector for _, vector, _ in plan.new])
             outcome.facts = self._facts.add(new_facts, vectors)
+        if sources:
+            for old_id in plan.repeats:
+                self._facts.add_sources(user_id, old_id, sources)
+                outcome.repeated.append(old_id)
         # New facts are durable before old ones are hidden: never lose both.
         for index, old_id in plan.replaces.items():
             self._facts.supersede(user_id, old_id, outcome.facts[index].id)
