@@ -54,8 +54,10 @@ _REPEATABLE = frozenset(
         "window",
         "profile",
         "profile_users",
-        # Marking a batch done, keeping an answer, or storing entries as they were, twice is once.
+        # Marking a batch done, keeping an answer, storing entries as they were, or adding a turn
+        # to a fact's sources: twice is once.
         "turns_done",
+        "add_sources",
         "keep_answer",
         "take_profile",
         # A reshard's steps: an export reads, the others leave the same state when repeated.

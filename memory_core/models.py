@@ -56,6 +56,10 @@ class _Timestamped(BaseModel):
         return None if value is None else as_utc(value)
 
 
+# Most source turns one fact keeps: a fact said again and again keeps its first and newest.
+MAX_SOURCES = 50
+
+
 class NewFact(_Timestamped):
     """A fact to be stored; the store assigns its id."""
 

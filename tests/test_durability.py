@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 
 from memory_core.errors import CorruptionError, NotFoundError, StorageError
-from memory_core.models import Fact, NewFact
+from memory_core.models import MAX_SOURCES, Fact, NewFact
 from memory_core.routing import shard_of
 from memory_core.settings import LimitSettings, StorageSettings
 from memory_core.store import snapshot as snap
@@ -614,6 +614,9 @@ def test_sources_added_to_a_fact_survive_reopen_from_the_log_and_from_a_snapshot
     assert shard.add_sources("alice", fact.id, ["t5", "t1", "t5"]).source_turn_ids == ("t1", "t5")
     with pytest.raises(NotFoundError):
         shard.add_sources("alice", bobs.id, ["t9"])  # another user's fact
+    log_bytes = sum(p.stat().st_size for p in tmp_path.glob("wal-*"))
+    shard.add_sources("alice", fact.id, ["t5"])  # held already (a resumed write): nothing logged
+    assert sum(p.stat().st_size for p in tmp_path.glob("wal-*")) == log_bytes > 0
     shard.close()
     shard = FactShard(tmp_path, DIM)  # from the log
     assert shard.get("alice", fact.id).source_turn_ids == ("t1", "t5")
@@ -624,6 +627,16 @@ def test_sources_added_to_a_fact_survive_reopen_from_the_log_and_from_a_snapshot
     shard = FactShard(tmp_path, DIM)  # from the snapshot
     assert shard.get("alice", fact.id).source_turn_ids == ("t1", "t5", "t8")
     assert shard.recovery.replayed_records == 0
+    # Said again and again: the first turn and the newest are kept.
+    for n in range(100):
+        shard.add_sources("alice", fact.id, [f"r{n}"])
+    kept = shard.get("alice", fact.id).source_turn_ids
+    assert (
+        len(kept) == MAX_SOURCES
+        and kept[0] == "t1"
+        and kept[-1] == "r99"
+        and kept[1] == f"r{101 - MAX_SOURCES}"
+    )
     shard.close()
 
 

@@ -174,6 +174,19 @@ def test_async_ingest_and_chat_write_after_the_reply(serve_app: ServeApp) -> Non
     assert job["status"] == "done", job
     assert any("peanut" in m["text"].lower() for r in job["results"] for m in r["memories"])
     assert serve_app.globex.get(f"/v1/jobs/{job['job_id']}").status_code == 404
+    # Said again later: no second memory; the shard actor adds the turn to the first one's sources.
+    again = acme.post(
+        "/v1/users/erin/turns",
+        json={
+            "session_id": "s0",
+            "turns": [{"role": "user", "content": "I am allergic to peanuts.", "turn_id": "s0:9"}],
+        },
+    )
+    assert again.status_code == 200, again.text
+    (result,) = again.json()["results"]
+    assert result["repeated"] and result["memories"] == [], result
+    stored = {m["id"]: m for m in acme.get("/v1/users/erin/memories").json()["memories"]}
+    assert all("s0:9" in stored[i]["source_turn_ids"] for i in result["repeated"])
     chat = acme.post(
         "/v1/users/erin/chat", json={"message": "Which snack should I avoid?", "session_id": "s1"}
     )

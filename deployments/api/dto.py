@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from memory_core.models import Fact, ProfileEntry, RecallHit, Role, Tag
+from memory_core.models import MAX_SOURCES, Fact, ProfileEntry, RecallHit, Role, Tag
 from memory_core.service import EraseReceipt
 from memory_core.write.forget import ForgetResult
 from memory_core.write.pipeline import TurnOutcome
@@ -196,7 +196,7 @@ class RememberItem(BaseModel):
         default=None, gt=0, le=_MAX_TTL_S, description="Makes it temporary (at most 999999999 days)."
     )
     expire_at: datetime | None = Field(default=None, description="Makes it temporary.")
-    source_turn_ids: list[str] = Field(default_factory=list, max_length=50)
+    source_turn_ids: list[str] = Field(default_factory=list, max_length=MAX_SOURCES)
 
 
 class RememberIn(BaseModel):

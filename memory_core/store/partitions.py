@@ -16,7 +16,7 @@ from datetime import datetime
 import faiss
 import numpy as np
 
-from memory_core.models import Fact, as_utc
+from memory_core.models import MAX_SOURCES, Fact, as_utc
 from memory_core.tenancy import SEPARATOR, tenant_of
 
 ExpiryEntry = tuple[datetime, int]
@@ -187,14 +187,17 @@ class Partitions:
             part.maybe_hidden += _hides(after) - _hides(before)
 
     def add_sources(self, fact_id: int, turn_ids: Sequence[str]) -> None:
-        """Append turn ids to a fact's sources (those it holds already are not doubled)."""
+        """Append turn ids to a fact's sources (those it holds already are not doubled); past
+        MAX_SOURCES, the first turn and the newest are kept."""
         user_id = self._owner.get(fact_id)
         if user_id is None:
             return
         part = self._parts[user_id]
         before = part.facts[fact_id]
-        added = tuple(t for t in dict.fromkeys(turn_ids) if t not in before.source_turn_ids)
-        part.facts[fact_id] = before.model_copy(update={"source_turn_ids": before.source_turn_ids + added})
+        turns = tuple(dict.fromkeys((*before.source_turn_ids, *turn_ids)))
+        if len(turns) > MAX_SOURCES:
+            turns = turns[:1] + turns[1 - MAX_SOURCES :]
+        part.facts[fact_id] = before.model_copy(update={"source_turn_ids": turns})
 
     def search(self, user_id: str, vector: np.ndarray, k: int, now: datetime) -> list[tuple[Fact, float]]:
         """Exact top-``k`` cosine hits in the user's partition, skipping superseded and expired facts."""

@@ -408,6 +408,9 @@ class FactShard:
         with self._lock:
             self._admit([user_id], write=True)
             self._check_owned(user_id, [fact_id])
+            fact = self._mem.fact(fact_id)
+            if set(turn_ids) <= set(fact.source_turn_ids):
+                return fact  # a write resumed after a crash: said and kept already
             self._log(wal.Op.SOURCES, json.dumps({"id": fact_id, "turns": list(turn_ids)}).encode("utf-8"))
             self._mem.add_sources(fact_id, turn_ids)
             self._maybe_snapshot()

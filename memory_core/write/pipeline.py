@@ -13,7 +13,7 @@ import numpy as np
 from memory_core import telemetry
 from memory_core.dates import Period, find_times, resolve_times
 from memory_core.embedding import Embedder
-from memory_core.errors import LLMError, ProfileFullError
+from memory_core.errors import LLMError, NotFoundError, ProfileFullError
 from memory_core.llm.structured import StructuredLLM
 from memory_core.models import Fact, Layer, NewFact, Role, Tag, Turn
 from memory_core.settings import Settings
@@ -112,6 +112,7 @@ class WritePath:
                         "longmem.facts_written": len(outcome.facts),
                         "longmem.profile_entries_written": outcome.profile_entries,
                         "longmem.superseded": len(outcome.superseded),
+                        "longmem.repeated": len(outcome.repeated),
                     }
                 )
             used = self._llm.stats.minus(before)
@@ -210,6 +211,8 @@ class WritePath:
                     continue
                 if relation == "update":
                     plan.replaces[len(plan.new)] = old.id
+                    if old.id in plan.repeats:  # replaced now: what it repeated lives on in the new one
+                        plan.repeats.remove(old.id)
             plan.new.append((item, vector, period))
         return plan
 
@@ -264,10 +267,6 @@ class WritePath:
         if new_facts:
             vectors = np.vstack([vector for _, vector, _ in plan.new])
             outcome.facts = self._facts.add(new_facts, vectors)
-        if sources:
-            for old_id in plan.repeats:
-                self._facts.add_sources(user_id, old_id, sources)
-                outcome.repeated.append(old_id)
         # New facts are durable before old ones are hidden: never lose both.
         for index, old_id in plan.replaces.items():
             self._facts.supersede(user_id, old_id, outcome.facts[index].id)
@@ -279,6 +278,13 @@ class WritePath:
                 outcome.profile_full += 1
             else:
                 outcome.profile_entries += 1
+        # Last: a write resumed after a crash skips a turn some memory names as its source.
+        for old_id in plan.repeats if sources else []:
+            try:
+                self._facts.add_sources(user_id, old_id, sources)
+            except NotFoundError:
+                continue  # expired or forgotten since it was found: nothing to add to
+            outcome.repeated.append(old_id)
         outcome.quoted = plan.quoted
         outcome.duplicates = plan.duplicates
         outcome.echoes = plan.echoes
