@@ -213,6 +213,21 @@ def test_event_said_with_a_near_time_cue_is_temporary(svc: MemoryService, engine
     assert sister.facts[0].expire_at is None  # only events are made temporary by the cue
 
 
+def test_a_dated_past_event_is_history_and_never_expires(svc: MemoryService, engine: ScriptedEngine) -> None:
+    # The small model calls past events "temporary"; their dates say they are history.
+    engine.script(
+        "extract", facts_json(("User ran a half marathon in Porto two days ago", "event", "fact", True))
+    )
+    engine.script("extract", facts_json(("User is in Porto this week", "event", "fact", True)))
+    (past,) = svc.ingest("u", "s", [_user("I ran a half marathon in Porto two days ago!")])
+    (now,) = svc.ingest("u", "s", [_user("I'm in Porto this week for work")])
+    assert past.facts[0].text == "User ran a half marathon in Porto on 27 February 2026"  # said 1 March
+    assert past.facts[0].expire_at is None
+    assert now.facts[0].expire_at is not None  # a current stay still ends
+    svc.sweep(svc.clock.now() + timedelta(days=400))
+    assert [f.text for f in svc.list_facts("u")] == [past.facts[0].text]
+
+
 def _reply(context: str, message: str) -> list[Turn]:
     return [Turn(role=Role.ASSISTANT, content=context), _user(message)]
 

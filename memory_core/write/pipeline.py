@@ -234,6 +234,11 @@ class WritePath:
     def _expiry(
         self, item: ExtractedFact, message: str, at: datetime, period: Period | None
     ) -> datetime | None:
+        # What happened on a day already past when it was said ("lost my job yesterday", "上个月去了
+        #成都") is the user's history, true from then on: expired, it would answer no question
+        # about when it happened. The lifetimes are for current situations and plans.
+        if period is not None and period.end < at.date():
+            return None
         # An event said with a near-time cue ("right now", "下周二") is temporary even when the
         # small model forgets to say so: a boarding call must not become a lasting fact.
         if not item.temporary and not (item.tag is Tag.EVENT and has_near_time_cue(message)):
