@@ -278,7 +278,7 @@ def test_health_metrics_and_openapi(serve_app: ServeApp) -> None:
 
 
 def test_terminal_chat_client(serve_app: ServeApp, tmp_path: Path) -> None:
-    _remember(serve_app.acme, "gina", "Gina's favourite colour is teal")
+    _remember(serve_app.acme, "greta", "Greta's favourite colour is teal")
     out = subprocess.run(
         [
             sys.executable,
@@ -286,7 +286,7 @@ def test_terminal_chat_client(serve_app: ServeApp, tmp_path: Path) -> None:
             "longmem",
             "chat",
             "--user",
-            "gina",
+            "greta",
             "--url",
             serve_app.url,
             "--api-key",

@@ -22,15 +22,15 @@ from memory_core.write.speakers import (
 @pytest.mark.parametrize(
     ("message", "names"),
     [
-        ("Hey Maria! Good to see you.", {"Maria"}),
-        ("Wow, Melanie! The colors really blend nicely.", {"Melanie"}),
-        ("Thanks, Caroline! Painting's a fun way to relax.", {"Caroline"}),
-        ("Wow John, it really made a difference!", {"John"}),
+        ("Hey Sofia! Good to see you.", {"Sofia"}),
+        ("Wow, Lucia! The stitching looks really neat.", {"Lucia"}),
+        ("Thanks, Ingrid! Knitting is such a calm hobby.", {"Ingrid"}),
+        ("Wow Dmitri, that really helped!", {"Dmitri"}),
         ("Woohoo, Tomas! Which seat are you after?", {"Tomas"}),
         ("Bob.", set()),  # answering "what's your name?"
         ("Hello! Bob, 32, from Munich.", set()),
         ("I went to Berlin, Rome, and Paris!", set()),
-        ("Sorry about your job Jon, but that sounds awesome!", set()),
+        ("Sorry about your shop Pavel, but that plan sounds great!", set()),
     ],
 )
 def test_names_called_after_a_greeting_are_the_listeners(message: str, names: set[str]) -> None:

@@ -235,40 +235,39 @@ def _reply(context: str, message: str) -> list[Turn]:
 def test_facts_echoing_what_the_other_party_said_of_themselves_are_dropped(
     svc: MemoryService, engine: ScriptedEngine
 ) -> None:
-    # Turns of LoCoMo conv-30 and conv-26. The scripted extractor makes the small model's mistake
-    # seen on them: the partner's own news comes back as the user's. The real embedder tells
-    # them apart from the user's words.
+    # The scripted extractor makes the small model's mistake seen on two-person chats: the
+    # partner's own news comes back as the user's. The real embedder tells them apart from the
+    # user's words.
     engine.script(
         "extract",
         facts_json(
-            ("User lost their job as a banker yesterday", "identity", "fact", False),
-            ("User lost their job at Door Dash this month", "identity", "fact", False),
+            ("User was laid off by an insurance firm yesterday", "identity", "fact", False),
+            ("User was let go by a courier company this month", "identity", "fact", False),
         ),
     )
     engine.script(
         "extract",
         facts_json(
-            ("User painted a lake sunrise last year", "identity", "fact", False),
-            ("User appreciates the colors blending nicely", "preference", "fact", False),
+            ("User sketched a harbour at dusk last year", "identity", "fact", False),
+            ("User likes how neat the shading is", "preference", "fact", False),
         ),
     )
     (jobs,) = svc.ingest(
         "u",
         "s",
         _reply(
-            "Hey Gina! Good to see you too. Lost my job as a banker yesterday, so I'm gonna take a shot "
-            "at starting my own business.",
-            "Sorry about your job Jon, but starting your own business sounds awesome! Unfortunately, I "
-            "also lost my job at Door Dash this month. What business are you thinking of?",
+            "Hi Nadia! Nice to see you. An insurance firm laid me off yesterday, so I'm going to try "
+            "opening a bakery of my own.",
+            "Sorry to hear that, Tobias, but a bakery sounds lovely! Sadly, a courier company let me go "
+            "this month too. What would you bake first?",
         ),
     )
     (painting,) = svc.ingest(
         "u",
         "s",
         _reply(
-            "Yeah, I painted that lake sunrise last year! It's special to me.",
-            "Wow, Melanie! The colors really blend nicely. Painting looks like a great outlet for "
-            "expressing yourself.",
+            "Yes, I sketched that harbour at dusk last year! It means a lot to me.",
+            "Wow, Ilse! The shading is so neat. Drawing seems like a lovely way to unwind after work.",
         ),
     )
     # What the other party stated without saying "I" is theirs too.
@@ -285,8 +284,8 @@ def test_facts_echoing_what_the_other_party_said_of_themselves_are_dropped(
         _reply("The Harbour Hawks! Can't wait to play for them.", "Nice. I coach a youth side myself."),
     )
     assert [f.text for f in jobs.facts + painting.facts + team.facts] == [
-        "User lost their job at Door Dash in March 2026",
-        "User appreciates the colors blending nicely",
+        "User was let go by a courier company in March 2026",
+        "User likes how neat the shading is",
         "User coaches a youth football side",
     ]
     assert jobs.echoes == painting.echoes == team.echoes == 1
@@ -311,32 +310,34 @@ def test_the_name_a_user_greets_is_not_taken_for_theirs(svc: MemoryService, engi
     engine.script(
         "extract",
         facts_json(
-            ("User is Maria", "identity", "fact", False),
-            ("User just got back from a family road trip", "event", "fact", False),
+            ("User is Sofia", "identity", "fact", False),
+            ("User just came back from a camping weekend by a lake", "event", "fact", False),
         ),
     )
     engine.script("extract", facts_json(("User's name is Bob", "identity", "fact", False)))
     (greeting,) = svc.ingest(
-        "u", "s", [_user("Hey Maria! Just got back from a family road trip, it was fun!")]
+        "u", "s", [_user("Hey Sofia! Just came back from a camping weekend by a lake, loved it!")]
     )
     (introduction,) = svc.ingest("u", "s", [_user("Thanks, Anna. I'm Bob, by the way.")])
-    assert [f.text for f in greeting.facts] == ["User just got back from a family road trip"]
+    assert [f.text for f in greeting.facts] == ["User just came back from a camping weekend by a lake"]
     assert [f.text for f in introduction.facts] == ["User's name is Bob"]
 
 
 def test_a_reply_that_agrees_keeps_what_it_agrees_with(svc: MemoryService, engine: ScriptedEngine) -> None:
     engine.script(
-        "extract", facts_json(("User's top pick is contemporary dance", "preference", "fact", False))
+        "extract",
+        facts_json(("User's favourite kind of climbing is bouldering", "preference", "fact", False)),
     )
     (outcome,) = svc.ingest(
         "u",
         "s",
         _reply(
-            "Cool, Gina! I love all dances, but contemporary is my top pick. It's so expressive!",
-            "Yeah, me too! Contemporary dance is so expressive and graceful - it really speaks to me.",
+            "Nice one, Tobias! I enjoy every kind of climbing, but bouldering is my favourite. It's like "
+            "solving puzzles!",
+            "Same here! Bouldering is such a fun puzzle and so satisfying - it really clicks for me.",
         ),
     )
-    assert [f.text for f in outcome.facts] == ["User's top pick is contemporary dance"]
+    assert [f.text for f in outcome.facts] == ["User's favourite kind of climbing is bouldering"]
     assert outcome.echoes == 0
 
 

@@ -100,20 +100,20 @@ def test_only_the_speakers_own_words_become_their_memories(svc: MemoryService) -
         "chat-user",
         "s1",
         _turns(
-            ("user", "Hey Jon! Good to see you. What's up? Anything new?"),
+            ("user", "Hi Tobias! Nice to see you. How are things? Any news?"),
             (
                 "assistant",
-                "Hey Gina! Lost my job as a banker yesterday, so I'm gonna take a shot at starting my own "
-                "dance studio.",
+                "Hi Nadia! An insurance firm laid me off yesterday, so I'm going to try opening my own "
+                "bakery.",
             ),
-            ("user", "Sorry about your job Jon! Unfortunately, I also lost my job at Door Dash this month."),
+            ("user", "Oh no, sorry Tobias! My courier company laid me off this month as well."),
         ),
     )
     greeting, news = outcomes
     assert greeting.facts == [] and svc.profile("chat-user") == []
     texts = " ".join(f.text for f in news.facts)
-    assert "Door Dash" in texts
-    assert "banker" not in texts and "dance" not in texts and "Jon" not in texts
+    assert "courier" in texts
+    assert "insurance" not in texts and "bakery" not in texts and "Tobias" not in texts
 
 
 def _texts(svc: MemoryService, user: str) -> str:

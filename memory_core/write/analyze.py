@@ -165,7 +165,7 @@ class TurnAnalyzer:
             max_tokens=400,
             context={"cjk": has_cjk(message)},
         )
-        # "Hey Maria!" made the small model write "User is Maria" for Maria's friend; a name the
+        # "Hey Sofia!" made the small model write "User is Sofia" for Sofia's friend; a name the
         # assistant called the user by made the user's news a friend's. A message that calls its
         # listener by name and never says "you" tells nothing about them: "Hey Ana! I won my first
         # chess cup" became "User's friend Ana won a chess cup".

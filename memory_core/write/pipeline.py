@@ -235,7 +235,7 @@ class WritePath:
         self, item: ExtractedFact, message: str, at: datetime, period: Period | None
     ) -> datetime | None:
         # What happened on a day already past when it was said ("lost my job yesterday", "上个月去了
-        #成都") is the user's history, true from then on: expired, it would answer no question
+        # 成都") is the user's history, true from then on: expired, it would answer no question
         # about when it happened. The lifetimes are for current situations and plans.
         if period is not None and period.end < at.date():
             return None

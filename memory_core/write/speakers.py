@@ -2,7 +2,7 @@
 
 The default small model writes down what the other party said of themselves as the user's
 (their "I lost my job" becomes "User lost their job") and takes a name the user greets for the
-user's own ("Hey Maria!" gives "User is Maria"). These checks catch both after extraction,
+user's own ("Hey Sofia!" gives "User is Sofia"). These checks catch both after extraction,
 with the embedder and a few patterns, without another LLM call.
 """
 
@@ -15,8 +15,8 @@ import numpy as np
 
 from memory_core.write.prefilter import sentences
 
-# A name right after a greeting, thanks or interjection ("Hey Maria!", "Thanks, Caroline!",
-# "Wow John,") calls the listener. A capitalised word alone ("Bob." answering "your name?") does not.
+# A name right after a greeting, thanks or interjection ("Hey Sofia!", "Thanks, Ingrid!",
+# "Wow Dmitri,") calls the listener. A capitalised word alone ("Bob." answering "your name?") does not.
 _NAME_CALL = re.compile(r"\b([A-Z][a-z]+)(?=\s*[!,.?])")
 _BEFORE_CALL = re.compile(
     r"\b(?:hey|hi|hello|thanks|thank you|bye|wow|woah|whoa|oh|aw+|cool|nice|great|yeah|sorry|congrats"
@@ -107,8 +107,8 @@ def own_name_as_user(text: str, about: str, own_names: set[str]) -> tuple[str, s
 
 
 def names_listener_as_user(fact: str, addressed: set[str]) -> bool:
-    """Whether ``fact`` makes the user someone the message called ("User is Maria", and also
-    "User is Maria's friend": the greeting is no news about the user)."""
+    """Whether ``fact`` makes the user someone the message called ("User is Sofia", and also
+    "User is Sofia's friend": the greeting is no news about the user)."""
     called = _CALLED.match(fact.strip())
     return called is not None and called.group(1) in addressed
 
