@@ -43,9 +43,8 @@ class TurnOutcome:
     quoted: int = 0  # profile items dropped as wishes of quoted or pasted text, not the user's
     duplicates: int = 0
     echoes: int = 0  # extracted facts dropped as the other party's words, not the user's
-    repeated: list[int] = field(
-        default_factory=list
-    )  # stored facts said again: the turn joined their sources
+    # Stored facts this turn said again: the turn joined their sources.
+    repeated: list[int] = field(default_factory=list)
     superseded: list[int] = field(default_factory=list)
     forgotten: ForgetResult | None = None
     llm_calls: int = 0
