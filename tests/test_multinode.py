@@ -21,10 +21,12 @@ from pathlib import Path
 import httpx
 import pytest
 
+from deployments.writers import writer_of
 from memory_core.backups import restore_backup
 from memory_core.routing import shard_of
 from memory_core.settings import LimitSettings
 from memory_core.store.facts import shard_dir
+from memory_core.tenancy import scoped
 from tests.ray_cluster import ENV, LocalCluster
 from tests.serve_app import ADMIN_KEY, OPERATOR_KEY, client, free_port
 
@@ -248,10 +250,33 @@ def test_a_dead_data_node_is_replaced_by_a_node_restored_from_the_last_backup(ap
         time.sleep(2)
     print(f"serving again {time.monotonic() - began:.1f} s after the new node joined")
     assert answer.status_code == 200, answer.text
+    _write_through_every_writer(app, time.monotonic() + 240)
+    print(f"taking writes again {time.monotonic() - began:.1f} s after the new node joined")
     for user in users:
         assert _listed(app, user) == before[user] | ({late[user]} if user == on_a[0] else set())
     placement = _placement(app)
     assert placement["shards"] == _expected_nodes(placement)
+
+
+def _write_through_every_writer(app: ClusterApp, deadline: float) -> None:
+    """A write through each writer actor, as a client does it: a writer that ran on the dead node
+    answers 503 (not acknowledged) until Ray has restarted it, and the write is sent again with
+    its Idempotency-Key, which makes the repeat safe."""
+    users: dict[int, str] = {}
+    n = 0
+    while len(users) < SHARDS:
+        users.setdefault(writer_of(scoped("acme", f"mn-w{n}"), SHARDS), f"mn-w{n}")
+        n += 1
+    for writer, user in sorted(users.items()):
+        body = {"memories": [{"text": f"{user} fixed the gate"}]}
+        headers = {"Idempotency-Key": f"after-node-loss-{writer}"}
+        while (
+            out := app.acme.post(f"/v1/users/{user}/memories", json=body, headers=headers)
+        ).status_code == 503:
+            assert time.monotonic() < deadline, out.text
+            time.sleep(2)
+        assert out.status_code == 201, out.text
+        assert len(app.acme.get(f"/v1/users/{user}/memories").json()["memories"]) == 1
 
 
 def _longmem_shards(app: ClusterApp, *args: str) -> dict:
