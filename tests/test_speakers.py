@@ -12,11 +12,42 @@ from memory_core.write.speakers import (
     agrees,
     borrowed_words,
     echoed,
+    is_courtesy,
     names_listener_as_user,
     other_person,
     own_name_as_user,
     statements,
 )
+
+
+@pytest.mark.parametrize(
+    ("fact", "courtesy"),
+    [
+        ("User thanks Ines for the hiking tips", True),
+        ("User thanked their landlord for fixing the boiler", True),
+        ("User congratulates Halvard on the new boat", True),
+        ("User wishes Ines luck with the exam", True),
+        ("User appreciates the help with the spreadsheet", True),
+        ("User is grateful for all the kind words", True),
+        ("User is talking to Ines about their garden", True),
+        ("User encourages Ines to keep training", True),
+        ("User is proud of Ines", True),
+        ("用户感谢对方的建议", True),
+        ("用户向邻居们问好", True),
+        ("用户在和你聊天", True),
+        ("User is talking to Marco about selling the van", False),  # Marco is not the listener
+        ("User is talking to a lawyer about the lease", False),
+        ("User encourages their son to learn chess", False),
+        ("User supports their sister's pottery studio", False),
+        ("User appreciates quiet mornings", False),
+        ("User is grateful for their health", False),
+        ("User thinks Ines is very patient", False),
+        ("用户支持本地农场", False),
+        ("用户和同事一起去爬山", False),
+    ],
+)
+def test_courtesies_are_no_memories(fact: str, courtesy: bool) -> None:
+    assert is_courtesy(fact, {"Ines", "Halvard"}) is courtesy
 
 
 @pytest.mark.parametrize(
@@ -58,12 +89,12 @@ def test_the_name_the_user_was_called_by_is_the_user(
 
 
 def test_only_the_user_made_into_the_listener_is_dropped() -> None:
-    called = {"Maria"}
-    assert names_listener_as_user("User is Maria", called)
-    assert names_listener_as_user(" User's name is Maria", called)
-    assert names_listener_as_user("User is Maria's friend", called)
+    called = {"Halvard"}
+    assert names_listener_as_user("User is Halvard", called)
+    assert names_listener_as_user(" User's name is Halvard", called)
+    assert names_listener_as_user("User is Halvard's friend", called)
     assert not names_listener_as_user("User is a nurse", called)
-    assert not names_listener_as_user("User wants to see Maria's paintings", called)
+    assert not names_listener_as_user("User wants to try Halvard's smoked trout", called)
     assert not names_listener_as_user("User is Bob", called)
 
 

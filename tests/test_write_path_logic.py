@@ -323,6 +323,23 @@ def test_the_name_a_user_greets_is_not_taken_for_theirs(svc: MemoryService, engi
     assert [f.text for f in introduction.facts] == ["User's name is Bob"]
 
 
+def test_thanks_and_talk_towards_the_listener_are_no_memories(
+    svc: MemoryService, engine: ScriptedEngine
+) -> None:
+    engine.script(
+        "extract",
+        facts_json(
+            ("User thanks Ines for the hiking tips", "other", "fact", False),
+            ("User is talking to Ines about the trail", "event", "fact", False),
+            ("User twisted their ankle on a scree slope", "event", "fact", False),
+        ),
+    )
+    (outcome,) = svc.ingest(
+        "u", "s", [_user("Thanks, Ines! Your tips were gold, though I twisted my ankle on the scree.")]
+    )
+    assert [f.text for f in outcome.facts] == ["User twisted their ankle on a scree slope"]
+
+
 def test_a_reply_that_agrees_keeps_what_it_agrees_with(svc: MemoryService, engine: ScriptedEngine) -> None:
     engine.script(
         "extract",

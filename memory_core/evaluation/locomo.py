@@ -118,7 +118,7 @@ class LocomoConversation:
         """Speakers whose memories answer ``question``: the one it names, else both.
 
         An agent knows whom it talks to; LoCoMo's questions name the person they are about
-        ("When did Caroline ..."). A question naming both speakers or neither searches both.
+        ("When did <name> ..."). A question naming both speakers or neither searches both.
         """
         named = [
             s for s in self.speakers if re.search(rf"\b{re.escape(s.split()[0])}\b", question, re.IGNORECASE)

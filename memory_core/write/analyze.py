@@ -17,6 +17,7 @@ from memory_core.write.quoted import own_words
 from memory_core.write.schemas import ExtractedFact, Extraction
 from memory_core.write.speakers import (
     addressed_names,
+    is_courtesy,
     names_listener_as_user,
     only_names_someone,
     other_person,
@@ -174,7 +175,7 @@ class TurnAnalyzer:
             own |= addressed
         unique: dict[str, ExtractedFact] = {}
         for fact in result.facts:
-            says_nothing = only_names_someone(fact.text, fact.about)
+            says_nothing = only_names_someone(fact.text, fact.about) or is_courtesy(fact.text, addressed)
             if not names_listener_as_user(fact.text, addressed) and not says_nothing:
                 fact.text, about = own_name_as_user(fact.text.strip(), fact.about, own)
                 fact.about = other_person(fact.text, about)

@@ -113,9 +113,47 @@ def names_listener_as_user(fact: str, addressed: set[str]) -> bool:
     return called is not None and called.group(1) in addressed
 
 
-# A fact holding a word only the other party said ("banker" from their "Lost my job as a
-# banker") is theirs unless it sits clearly nearer the user's own words: "User lost their job as
-# a banker" scored 0.010 nearer the user's "I also lost my job at Door Dash" than the banker line.
+# Manners of the moment, whoever they are for ("User thanks Ines for the tips", "User
+# congratulates her brother", "用户向大家问好"): the small model wrote them down although the
+# prompt says thanks and greetings are no memories, and over a long chat they crowded recall.
+_COURTESY = re.compile(
+    r"^User (?:also |again |warmly |just )?(?:thanks|thanked|is thankful to|congratulates|congratulated"
+    r"|greets|greeted|says (?:hi|hello|hey|goodbye|bye|thanks|thank you)|apologi[sz]es to"
+    r"|wishes \w+ (?:luck|well|the best))\b"
+    r"|^User (?:is grateful|is thankful|appreciates|values) (?:for |to )?(?:the |all the |their |your )?"
+    r"(?:help|support|kind words|encouragement|advice|ideas|tips|feedback|kindness)\b"
+    r"|^用户(?:也|很|非常)?(?:感谢|谢谢|祝贺|恭喜|问候|问好)"
+    r"|^用户(?:向|跟|和|对).{1,12}?(?:问好|打招呼|道谢|致谢|表示感谢|表示祝贺|说谢谢)"
+)
+# What the user does towards the one they talk to ("User is talking to Ines", "User encourages
+# Ines to keep going"): no news about the user. Towards someone else it may be ("User supports
+# their sister's bakery").
+_TOWARDS = re.compile(
+    r"^User (?:is |was )?(?:talking|chatting|speaking) (?:to|with) (?P<to>the assistant|you|[A-Z]\w*)"
+    r"|^User (?:encourages|encouraged|supports|compliments|praises|cheers|cheers on|is grateful to"
+    r"|is grateful for|is happy for|is glad for|is proud of|appreciates) (?P<at>you|[A-Z]\w*)"
+    r"|^用户(?:正)?在?(?:和|跟|与)(?:你|助手)(?:聊天|说话|交谈)"
+    r"|^用户(?:鼓励|支持|称赞|夸奖|夸)(?:你|助手)"
+)
+
+
+def is_courtesy(fact: str, addressed: set[str]) -> bool:
+    """Whether ``fact`` only records a courtesy: thanks, congratulations or greetings for anyone,
+    or talk, encouragement or praise for the listener (``addressed``: the names the message calls
+    them by)."""
+    fact = fact.strip()
+    if _COURTESY.match(fact):
+        return True
+    towards = _TOWARDS.match(fact)
+    if towards is None:
+        return False
+    to = towards.group("to") or towards.group("at")
+    return to is None or to in addressed or to in ("you", "the assistant")
+
+
+# A fact holding a word only the other party said ("chemist" from their "The lab let me go, I was
+# a chemist there") is theirs unless it sits clearly nearer the user's own words: such a fact
+# once scored 0.010 nearer the user's own "my courier firm laid me off too" than the other's line.
 BORROWED_SLACK = 0.03
 
 
