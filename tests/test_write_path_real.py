@@ -239,3 +239,18 @@ def test_news_after_a_greeting_and_the_users_own_name_stay_the_users(svc: Memory
     assert any("librar" in text and not about for text, about in texts), causes
     assert not any("Priya" in text for text, _ in texts)
     assert svc.profile("greeted") == []
+
+
+def test_thanks_to_the_listener_is_no_memory_and_the_news_beside_it_is(svc: MemoryService) -> None:
+    # The packaged model wrote "用户感谢小林的建议" for this reply, beside the news.
+    (reply,) = svc.ingest(
+        "thanks-zh",
+        "s1",
+        _turns(
+            ("assistant", "祝你面试顺利！"),
+            ("user", "谢谢你，小林！你的建议太有用了。我下周一开始在新公司上班。"),
+        ),
+    )
+    texts = [f.text for f in reply.facts]
+    assert any("新公司" in text for text in texts), texts
+    assert not any("感谢" in text or "谢谢" in text for text in texts), texts
