@@ -159,6 +159,12 @@ def test_a_borrowed_word_is_one_the_other_party_said_and_the_user_did_not() -> N
         ("User works at Harbour Books", "Harbour Books", ""),
         ("User's favourite band is Blur", "", ""),
         ("User's phone number is 0161 555 0100", "", ""),
+        # The listener's name put in ``about`` of the user's own things.
+        ("User's pottery studio is looking for a bigger room", "Ines", ""),
+        ("User's mentor is a retired architect", "Ines", ""),
+        ("User's friend Ines opened a bakery", "Ines", "Ines"),
+        ("User's cousin runs a surf school", "cousin Dara", "cousin Dara"),
+        ("用户的花店在装修", "小林", ""),
     ],
 )
 def test_a_fact_is_someone_elses_only_when_it_is_written_about_them(text: str, about: str, who: str) -> None:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from memory_core.text import has_cjk
 from memory_core.write.prefilter import sentences
 
 # A name right after a greeting, thanks or interjection ("Hey Sofia!", "Thanks, Ingrid!",
@@ -52,13 +53,23 @@ def other_person(text: str, about: str) -> str:
     fact from questions about them.
     """
     about = about.strip()
-    if not about:
-        # The model also leaves it empty for "User's sister Ana lives in Denver".
+    if not about or not _mentions(text, about):
+        # The model also leaves it empty for "User's sister Ana lives in Denver", and put the
+        # listener's name there for the user's own things ("User's pottery studio …" about the
+        # friend the message was written to), which then lost every question about the user.
         match = _RELATION.match(text)
         return next((group for group in match.groups() if group), "") if match else ""
     if text.startswith(("User's ", "用户的")) or (text.startswith("用户") and text[2:].startswith(about)):
         return about
     return ""
+
+
+def _mentions(text: str, about: str) -> bool:
+    """Whether ``text`` names ``about`` or a word of it ("cousin Dara" in "User's cousin runs …")."""
+    if has_cjk(about):
+        return about in text
+    words = set(re.findall(r"\w+", text.lower()))
+    return any(word in words for word in re.findall(r"\w+", about.lower()))
 
 
 def only_names_someone(text: str, about: str) -> bool:
