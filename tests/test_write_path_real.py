@@ -81,7 +81,7 @@ def test_english_temporary_and_lasting_facts(svc: MemoryService) -> None:
 
 
 def test_preferences_go_to_the_profile_and_forget_by_words(svc: MemoryService) -> None:
-    svc.ingest("p-user", "s1", _turns(("user", "Please keep your answers short, I hate long walls of text.")))
+    svc.ingest("p-user", "s1", _turns(("user", "Keep replies brief please, rambling answers drive me mad.")))
     assert any(
         word in " ".join(e.text for e in svc.profile("p-user")).lower()
         for word in ("short", "brief", "concise")
@@ -254,3 +254,19 @@ def test_thanks_to_the_listener_is_no_memory_and_the_news_beside_it_is(svc: Memo
     texts = [f.text for f in reply.facts]
     assert any("新公司" in text for text in texts), texts
     assert not any("感谢" in text or "谢谢" in text for text in texts), texts
+
+
+def test_a_wish_said_after_the_assistants_okay_goes_to_the_profile(svc: MemoryService) -> None:
+    # The packaged model kept nothing of the second wish: it read the assistant's "okay" as a
+    # suggestion the user answered.
+    svc.ingest(
+        "wish-after-ok",
+        "s1",
+        _turns(
+            ("user", "I run a small bike repair shop."),
+            ("assistant", "Sure, I'll keep that in mind."),
+            ("user", "Also, never push paid upgrades on me."),
+        ),
+    )
+    profile = " ".join(e.text for e in svc.profile("wish-after-ok")).lower()
+    assert "upgrade" in profile, profile

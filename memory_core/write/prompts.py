@@ -193,6 +193,13 @@ EXTRACT_SHOTS = [
         "And don't ever recommend diet pills to me.",
         [_fact("User never wants diet pills recommended", "preference", layer="profile")],
     ),
+    # After the assistant's "okay" the small model took a wish for a reply to a suggestion and
+    # kept nothing.
+    _extract_example(
+        "Oh, and don't you dare pitch me a loyalty card, not ever.",
+        [_fact("User never wants to be offered loyalty cards", "preference", layer="profile")],
+        context="Okay, I'll remember that.",
+    ),
     _extract_example(
         "Talk to me like a friend would, not like a textbook.",
         [_fact("User wants a casual, friendly tone", "preference", layer="profile")],
