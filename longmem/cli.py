@@ -257,8 +257,8 @@ def cmd_demo(svc: MemoryService, args: argparse.Namespace) -> None:
     later = now + timedelta(days=1)
     print(f"\nsweep at {later:%Y-%m-%d %H:%M}: deleted {svc.sweep(later).deleted} expired fact(s)")
     print(
-        "recall 'Where is my flight going?' after the sweep:",
-        [h.fact.text for h in svc.recall(user, "Where is my flight going?", k=3)],
+        "recall 'Where is my train going?' after the sweep:",
+        [h.fact.text for h in svc.recall(user, "Where is my train going?", k=3)],
     )
     receipt = svc.erase(user)
     print(f"erased {user}: {receipt.facts} facts, {receipt.profile_entries} profile entries")

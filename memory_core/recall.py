@@ -145,8 +145,8 @@ class Recaller:
         gap = self._embedder.cross_language_gap
         bars = [threshold - (gap if has_cjk(h.fact.text) != cjk else 0.0) for h in hits]
         kept = [h for h, bar in zip(hits, bars, strict=True) if h.score >= bar]
-        # The best hit alone may sit a little under the bar: "User writes Go" scored 0.779 against
-        # 0.78 for "What language do I usually program in?".
+        # The best hit alone may sit a little under the bar: a short fact ("User plays the oboe")
+        # scores just under it for a plain question about it ("Which instrument do I play?").
         if not kept and hits and hits[0].score >= bars[0] - self._settings.best_hit_slack:
             kept = hits[:1]
         return kept
@@ -168,7 +168,7 @@ class Recaller:
             docs = [self._tokenizer.terms(fact.text) for fact, _ in candidates]
             lexical = [saturate(s) for s in bm25_scores(terms, docs)]
         named = set(terms)
-        # "When does my kid start school?" asks about someone in the user's life, if not by name.
+        # "How tall is my kid now?" asks about someone in the user's life, if not by name.
         about_others = asks_about_someone_else(question)
         hits = []
         for (fact, cos), lex in zip(candidates, lexical, strict=True):

@@ -35,16 +35,16 @@ def test_recall_ranks_the_relevant_fact_first_in_both_languages(service: MemoryS
     service.remember(
         "u1",
         [
-            Remember("我是做装修公司的，在长沙", Tag.IDENTITY),
+            Remember("我在成都开了一家宠物医院", Tag.IDENTITY),
             Remember("我对花生过敏", Tag.IDENTITY),
             Remember("我女儿今年上小学三年级", Tag.IDENTITY),
-            Remember("I'm a backend engineer and I mostly write Go", Tag.IDENTITY),
+            Remember("I'm a data analyst and I mostly work in Kotlin", Tag.IDENTITY),
             Remember("My dog is called Biscuit", Tag.IDENTITY),
         ],
     )
-    assert "长沙" in _texts(service, "u1", "我的公司在哪个城市？")[0]
+    assert "成都" in _texts(service, "u1", "我的宠物医院在哪个城市？")[0]
     assert "花生" in _texts(service, "u1", "我有什么过敏的东西吗")[0]
-    assert "Go" in _texts(service, "u1", "What programming language do I use?")[0]
+    assert "Kotlin" in _texts(service, "u1", "What programming language do I use?")[0]
     assert "Biscuit" in _texts(service, "u1", "What's my dog's name?")[0]
 
 

@@ -121,8 +121,8 @@ def test_statements_leave_out_questions() -> None:
         "Can't wait to play for them.",
     ]
     assert statements("Do you have any pets at home?") == []
-    assert statements("明白了，我们可以从本地化投放开始。您在哪个城市？") == [
-        "明白了，我们可以从本地化投放开始。"
+    assert statements("好的，我们可以先从线上预约做起。您的店在哪个区？") == [
+        "好的，我们可以先从线上预约做起。"
     ]
 
 

@@ -244,7 +244,7 @@ def test_a_fact_given_directly_about_a_relative_is_theirs_and_forgetting_mine_ke
 
 def test_a_question_about_my_kid_finds_my_daughters_fact(svc: MemoryService, engine: ScriptedEngine) -> None:
     svc.remember("u", [Remember(text="User's son Ravi starts secondary school in January")])
-    hits = svc.recall("u", "When does my kid start school?")
+    hits = svc.recall("u", "What date does my kid's new school year begin?")
     assert [h.fact.text for h in hits] == ["User's son Ravi starts secondary school in January"]
     assert not svc.recall("u", "Where do I go to school?", k=1, threshold=0.8)
 

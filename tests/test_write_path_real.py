@@ -46,17 +46,17 @@ def test_chinese_conversation_is_remembered_in_chinese(svc: MemoryService) -> No
         "zh-user",
         "s1",
         _turns(
-            ("user", "我是做装修公司的，在长沙，之前找过三家服务商都不满意"),
-            ("assistant", "了解，您希望这次找的服务商在哪些方面做得更好？"),
-            ("user", "今天天气真不错哈哈"),
+            ("user", "我在成都开了一家宠物医院，之前用过两个预约系统都不好用"),
+            ("assistant", "明白，您希望新的预约系统解决哪些问题？"),
+            ("user", "今天太阳好大哈哈"),
         ),
     )
     written, chitchat = outcomes
     assert written.facts and all(has_cjk(f.text) for f in written.facts)
-    assert all(f.expire_at is None for f in written.facts)  # a company and a city are lasting
+    assert all(f.expire_at is None for f in written.facts)  # a business and a city are lasting
     assert chitchat.facts == [] and chitchat.llm_calls <= 1
-    assert any("长沙" in h.fact.text for h in svc.recall("zh-user", "我的公司在哪个城市？"))
-    assert not any("天气" in h.fact.text for h in svc.recall("zh-user", "天气"))
+    assert any("成都" in h.fact.text for h in svc.recall("zh-user", "我的宠物医院在哪个城市？"))
+    assert not any("太阳" in h.fact.text for h in svc.recall("zh-user", "太阳"))
 
 
 def test_english_temporary_and_lasting_facts(svc: MemoryService) -> None:
@@ -64,20 +64,20 @@ def test_english_temporary_and_lasting_facts(svc: MemoryService) -> None:
         "en-user",
         "s1",
         _turns(
-            ("user", "I'm at the airport right now, my flight to Berlin boards in 40 minutes."),
-            ("assistant", "Safe travels!"),
-            ("user", "By the way, I'm a backend engineer and I mostly write Go."),
+            ("user", "I'm at the train station right now, my train to Lyon leaves in 20 minutes."),
+            ("assistant", "Have a good trip!"),
+            ("user", "Oh, and I'm a data analyst, I mostly work in Kotlin."),
         ),
     )
     facts = svc.list_facts("en-user")
     assert facts and not any(has_cjk(f.text) for f in facts)
     lasting = [f for f in facts if f.expire_at is None]
     temporary = [f for f in facts if f.expire_at is not None]
-    assert any("Go" in f.text for f in lasting)
-    assert any("airport" in f.text.lower() or "Berlin" in f.text for f in temporary)
+    assert any("Kotlin" in f.text for f in lasting)
+    assert any("station" in f.text.lower() or "Lyon" in f.text for f in temporary)
     svc.sweep(svc.clock.now() + timedelta(days=45))
     left = " ".join(f.text for f in svc.list_facts("en-user"))
-    assert "Go" in left and "Berlin" not in left and "airport" not in left.lower()
+    assert "Kotlin" in left and "Lyon" not in left and "station" not in left.lower()
 
 
 def test_preferences_go_to_the_profile_and_forget_by_words(svc: MemoryService) -> None:
@@ -86,12 +86,12 @@ def test_preferences_go_to_the_profile_and_forget_by_words(svc: MemoryService) -
         word in " ".join(e.text for e in svc.profile("p-user")).lower()
         for word in ("short", "brief", "concise")
     )
-    svc.ingest("p-user", "s1", _turns(("user", "下周二我要去上海出差，住在静安区")))
-    assert any("上海" in h.fact.text for h in svc.recall("p-user", "我下周去哪里出差？"))
-    result = svc.forget("p-user", "忘掉我上次说的出差安排")
+    svc.ingest("p-user", "s1", _turns(("user", "下周四我要去青岛开会，住在市南区")))
+    assert any("青岛" in h.fact.text for h in svc.recall("p-user", "我下周去哪里开会？"))
+    result = svc.forget("p-user", "忘掉我上次说的开会安排")
     assert result.facts and result.reply.startswith("好的")
-    recalled = " ".join(h.fact.text for h in svc.recall("p-user", "我下周去哪里出差？"))
-    assert "上海" not in recalled and "静安" not in recalled
+    recalled = " ".join(h.fact.text for h in svc.recall("p-user", "我下周去哪里开会？"))
+    assert "青岛" not in recalled and "市南" not in recalled
 
 
 def test_only_the_speakers_own_words_become_their_memories(svc: MemoryService) -> None:
