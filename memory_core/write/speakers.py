@@ -163,8 +163,8 @@ def is_courtesy(fact: str, addressed: set[str]) -> bool:
 
 
 # A fact holding a word only the other party said ("chemist" from their "The lab let me go, I was
-# a chemist there") is theirs unless it sits clearly nearer the user's own words: such a fact
-# once scored 0.010 nearer the user's own "my courier firm laid me off too" than the other's line.
+# a chemist there") is theirs unless it sits clearly nearer the user's own words: in a benchmark
+# conversation one such fact scored 0.010 nearer the user's own line than the other party's.
 BORROWED_SLACK = 0.03
 
 
