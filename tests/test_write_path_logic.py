@@ -181,6 +181,51 @@ def test_forget_by_words_deletes_what_the_llm_matches(svc: MemoryService, engine
     assert [f.text for f in svc.list_facts("u")] == ["用户对花生过敏"]
 
 
+def test_a_forget_request_keeps_only_what_it_tells_besides_the_request(
+    svc: MemoryService, engine: ScriptedEngine
+) -> None:
+    engine.script(
+        "extract",
+        facts_json(
+            ("用户的手机号是 135 6620 4471", "identity", "fact", False),
+            ("用户在绍兴做木匠", "identity", "fact", False),
+        ),
+    )
+    svc.ingest("u", "s", [_user("我的手机号是 135 6620 4471，我在绍兴做木匠。")])
+    engine.script("forget_target", '{"target": "以前的手机号"}')
+    engine.defaults["forget_match"] = lambda prompt: "yes" if "手机号" in prompt.split("Memory:")[1] else "no"
+    # What the small model wrote for such a turn: the old number again, and the request as a fact.
+    engine.script(
+        "extract",
+        facts_json(
+            ("用户以前的手机号 135 6620 4471 已删除，新号码是 199 3081 2257", "identity", "fact", False),
+            ("用户不再记以前的手机号", "identity", "fact", False),
+        ),
+    )
+    (outcome,) = svc.ingest(
+        "u", "s", [_user("把我以前的手机号 135 6620 4471 删掉，新号码是 199 3081 2257。")]
+    )
+    assert outcome.forgotten is not None and [f.text for f in outcome.forgotten.facts] == [
+        "用户的手机号是 135 6620 4471"
+    ]
+    assert "judge" not in engine.calls[-2:]
+    assert sorted(f.text for f in svc.list_facts("u")) == ["新号码是 199 3081 2257", "用户在绍兴做木匠"]
+
+
+def test_a_bare_forget_request_costs_no_judge_and_no_extraction(
+    svc: MemoryService, engine: ScriptedEngine
+) -> None:
+    engine.script("extract", facts_json(("User is allergic to cats", "identity", "fact", False)))
+    svc.ingest("u", "s", [_user("I'm allergic to cats.")])
+    engine.calls.clear()
+    engine.script("forget_target", '{"target": "allergic to cats"}')
+    engine.defaults["forget_match"] = "yes"
+    (outcome,) = svc.ingest("u", "s", [_user("Please forget that I'm allergic to cats, thanks.")])
+    assert outcome.skipped == "forget" and outcome.facts == []
+    assert "judge" not in engine.calls and "extract" not in engine.calls
+    assert svc.list_facts("u") == []
+
+
 def test_service_without_llm_refuses_to_ingest(
     settings: Settings, clock: ManualClock, embedder: Embedder
 ) -> None:

@@ -154,6 +154,19 @@ def test_forgot_to_tell_adds_news_and_a_named_forget_keeps_the_rest(svc: MemoryS
     assert "游泳" not in left and "南昌" in left and "西安" in left
 
 
+def test_a_new_number_told_with_a_forget_request_replaces_the_old_and_the_job_stays(
+    svc: MemoryService,
+) -> None:
+    svc.ingest("f-mix", "s1", _turns(("user", "我的手机号是 135 6620 4471。"), ("user", "我在绍兴做木匠。")))
+    assert "4471" in _texts(svc, "f-mix") and "木匠" in _texts(svc, "f-mix")
+    (request,) = svc.ingest(
+        "f-mix", "s2", _turns(("user", "把我以前的手机号 135 6620 4471 删掉，新号码是 199 3081 2257。"))
+    )
+    assert request.forgotten is not None and request.forgotten.facts
+    left = _texts(svc, "f-mix")
+    assert "4471" not in left and "2257" in left and "木匠" in left
+
+
 def test_other_peoples_facts_stay_theirs_and_a_suggestion_is_not_an_interest(svc: MemoryService) -> None:
     svc.ingest(
         "w-en",

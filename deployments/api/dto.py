@@ -135,7 +135,12 @@ class TurnResult(BaseModel):
     """What the write path did with one user turn."""
 
     turn_id: str
-    skipped: str | None = Field(description="Why nothing was considered (pre-filter reason, judge, error).")
+    skipped: str | None = Field(
+        description=(
+            "Why nothing was considered (pre-filter reason, judge, forget: a forget request that "
+            "told nothing else, error)."
+        )
+    )
     memories: list[FactOut] = Field(description="Memories written.")
     profile_entries: int = Field(description="Wishes about replies written to the profile.")
     profile_full: int = Field(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +32,7 @@ from memory_core.write.speakers import (
 _FORGET_CUE = re.compile(
     r"\b(forget|delete|erase|remove|wipe|scrub|purge|clear|drop|stop remembering|unlearn)"
     r"|\b(don'?t|do not|no longer|stop)\s+(keep|store|remember|hold)"
-    r"|忘|删|抹掉|抹去|清除|清空|去掉|移除|(?:别|不要|不用|无需)再?记",
+    r"|忘|删|抹掉|抹去|清除|清空|去掉|移除|(?:别|不要|不用|无需)再?(?:记|存|保存|留着)",
     re.IGNORECASE,
 )
 
@@ -82,6 +83,21 @@ def plainly_asks_to_forget(text: str) -> bool:
 def has_forget_cue(text: str) -> bool:
     """Whether ``text`` has a word that could ask to erase a memory (the LLM decides if it does)."""
     return _FORGET_CUE.search(text) is not None
+
+
+# Where the parts of a message end: "forget my old number - the new one is …", "…删掉，新的是…".
+# A full stop or comma ends a part only before a space (not inside "a.b@c.org" or "1,500").
+_PART_END = re.compile(r"[。！？；;，：\n—–]|[.,!?:](?=\s|$)|\s-\s")
+
+
+def beside_forgetting(message: str) -> tuple[str, str]:
+    """The parts of a forget request that ask to forget, and the rest it tells with them
+    ("Forget my old number; the new one is 0433 …" → the first clause, the second)."""
+    asked: list[str] = []
+    told: list[str] = []
+    for part in _PART_END.split(message):
+        (asked if has_forget_cue(part) else told).append(part)
+    return " ".join(asked), " ".join(told)
 
 
 # How the extraction prompt writes a wish about replies ("User wants …", "用户希望…"). A
@@ -153,6 +169,38 @@ class TurnAnalyzer:
         with telemetry.span("judge"):
             answer = self._llm.choose(judge_messages(substance(message)), ["yes", "no"])
         return Verdict(answer == "yes", None)
+
+    def extract_beside_forgetting(
+        self, message: str, context: str, forgotten: Sequence[str], terms: Callable[[str], list[str]]
+    ) -> list[ExtractedFact]:
+        """The facts a forget request tells besides the request (``forgotten``: its target and
+        the memories it deleted). Asked to extract from the whole message, the small model wrote
+        the forgotten thing again ("User's old number is …"), or the request itself ("用户不再记
+        手机号"). So a part of a fact that asks to forget, or repeats a number only the request
+        has, is cut off, and a fact is kept when what is left has a word of the message's other
+        parts that neither the request nor what it made forget has. A request that says nothing
+        else costs no LLM call.
+
+        Raises:
+            LLMOutputError: the extraction was still invalid after a retry.
+        """
+        asked, told = beside_forgetting(message)
+        old = set(terms(asked)).union(*map(terms, forgotten))
+        new = set(terms(told)) - old
+        if not new or prefilter(told) is not None:  # nothing else, or only "thanks"
+            return []
+        numbers = {term for term in old - new if any(char.isdigit() for char in term)}
+        kept = []
+        for fact in self.extract(message, context):
+            parts = [
+                part.strip()
+                for part in _PART_END.split(fact.text)
+                if part.strip() and not has_forget_cue(part) and not numbers & set(terms(part))
+            ]
+            fact.text = ("，" if has_cjk(fact.text) else ", ").join(parts)
+            if new & set(terms(fact.text)):
+                kept.append(fact)
+        return kept
 
     def extract(self, message: str, context: str) -> list[ExtractedFact]:
         """The facts in ``message``, in its language; invalid output is retried once.

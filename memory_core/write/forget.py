@@ -45,6 +45,14 @@ class ForgetResult:
     reply: str = ""
     earlier_versions: int = 0  # superseded versions of the deleted facts, deleted with them
 
+    def named(self) -> list[str]:
+        """The target and the text of every deleted memory."""
+        return [
+            self.target,
+            *(fact.text for fact in self.facts),
+            *(entry.text for entry in self.profile_entries),
+        ]
+
 
 def _reply(utterance: str, target: str, forgotten: list[str], kept: list[str]) -> str:
     zh = has_cjk(utterance)

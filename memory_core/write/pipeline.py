@@ -132,15 +132,29 @@ class WritePath:
             if asks_to_forget:
                 with telemetry.span("forget"):
                     outcome.forgotten = self.forgetter.forget(user_id, turn.content, at)
-            # The judge sees the message alone: with the assistant's previous words in front of
-            # it, the small default model judged plain personal facts "not worth remembering".
-            verdict = self._analyzer.judge(turn.content)
-            if not verdict.worth:
-                outcome.skipped = verdict.skipped.value if verdict.skipped else "judge"
-                return outcome
-            with telemetry.span("extract") as extracting:
-                extracted = self._analyzer.extract(turn.content, context)
-                extracting.set_attribute("longmem.extracted", len(extracted))
+                # No judge here: it said no to a third of the new facts told with a request and
+                # yes to a third of the bare requests.
+                with telemetry.span("extract") as extracting:
+                    extracted = self._analyzer.extract_beside_forgetting(
+                        turn.content,
+                        context,
+                        outcome.forgotten.named(),
+                        self._tokenizer.terms,
+                    )
+                    extracting.set_attribute("longmem.extracted", len(extracted))
+                if not extracted:
+                    outcome.skipped = "forget"
+                    return outcome
+            else:
+                # The judge sees the message alone: with the assistant's previous words in front
+                # of it, the small default model judged plain personal facts "not worth remembering".
+                verdict = self._analyzer.judge(turn.content)
+                if not verdict.worth:
+                    outcome.skipped = verdict.skipped.value if verdict.skipped else "judge"
+                    return outcome
+                with telemetry.span("extract") as extracting:
+                    extracted = self._analyzer.extract(turn.content, context)
+                    extracting.set_attribute("longmem.extracted", len(extracted))
             with telemetry.span("resolve"):
                 plan = self._plan(user_id, extracted, at, turn.content, context)
         except LLMError as exc:

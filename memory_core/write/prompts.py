@@ -228,6 +228,10 @@ EXTRACT_SHOTS = [
         [_fact("用户这几天在找离地铁近的短租房", "requirement", temporary=True)],
     ),
     _extract_example(
+        "以前那个车牌你删了吧，换车了，新车牌是浙B 7F2K9。",
+        [_fact("用户的车牌号是浙B 7F2K9", "identity")],
+    ),
+    _extract_example(
         "主要是库存，货老是压在仓库里",
         [_fact("用户最头疼的是库存积压", "requirement")],
         context="您现在最头疼的是哪一块？",
@@ -243,9 +247,11 @@ EXTRACT_SHOTS = [
 
 RESOLVE_SYSTEM = (
     "Two memories about the same user: A was stored earlier, B is new. Answer same if B says the same "
-    "thing as A and adds nothing; update if B replaces A so that A is no longer true (moved home, "
-    "changed job, new plan instead of the old one); different if both can be true, if they are about "
-    "different people, or if B adds a detail A does not have. Answer only same, update or different."
+    "thing as A and adds nothing; update if B is about the same thing as A and replaces it so that A is "
+    "no longer true (moved home, changed job, a new phone number instead of the old one, new plan "
+    "instead of the old one); different if both can be true, if they are about different things (a job "
+    "and a phone number, a job and a home) or different people, or if B adds a detail A does not have. "
+    "Answer only same, update or different."
 )
 RESOLVE_SHOTS = [
     (("User lives in Bilbao", "User moved to Valencia"), "update"),
@@ -254,8 +260,12 @@ RESOLVE_SHOTS = [
     (("User works at a law firm", "User wants to learn to sail"), "different"),
     (("User has a favourite board game", "User loves playing chess most of all"), "different"),
     (("User's sister is a vet in Galway", "User is a vet in Galway"), "different"),
+    (("User works as a dental hygienist", "User's new email is jo.parks@mailbox.org"), "different"),
+    (("User's email is jo.p@netmail.com", "User's new email is jo.parks@mailbox.org"), "update"),
     (("用户月底要去昆明看展", "用户看展改去大理了"), "update"),
     (("用户对芒果过敏", "用户芒果过敏"), "same"),
+    (("用户在宁波做会计", "用户住在宁波鄞州区"), "different"),
+    (("用户在宁波做会计", "用户新的微信号是 nb_kuaiji"), "different"),
     (("用户在苏州开了一家面馆", "用户想多接一些团餐订单"), "different"),
     (("用户喜欢户外运动", "用户每周六早上骑车"), "different"),
     (("用户在苏州开了一家面馆", "用户把面馆搬到了无锡"), "update"),
