@@ -1,6 +1,6 @@
 """Write-path correctness on hand-labelled sets, with the default local model.
 
-Three sets under ``benchmarks/data/`` (written for this benchmark; no sentence of them is in
+Five sets under ``benchmarks/data/`` (written for this benchmark; no sentence of them is in
 any prompt):
 
 - ``forget_intent.jsonl``: does a message ask to erase something remembered? Precision and
@@ -13,8 +13,16 @@ any prompt):
   forbidden ones (another person's fact stored as the user's, the assistant's suggestion as
   the user's interest). Precision, recall, forbidden facts and temporary/lasting accuracy per
   phenomenon and language.
+- ``extraction_details.jsonl`` (set ``details``): the same, for turns that tell a thing with
+  its cause, purpose or who and where ("after the shop closed I started …"); both parts must be
+  kept, in one memory or two; half plain sentences, half chatty turns.
+- ``resolve_pairs.jsonl``: a stored memory and a new one of the same kind; does the LLM call
+  them the same (the new one is dropped), an update (the old one is hidden) or different?
+  Accuracy per relation and language, and the harmful answers: a memory hidden by an unrelated
+  one, a new detail dropped as "the same".
 
-    python -m benchmarks.write_eval [--sets intent,targets,extraction] [--limit N] [--json PATH]
+    python -m benchmarks.write_eval [--sets intent,targets,extraction,details,resolve] [--limit N]
+        [--json PATH]
 """
 
 from __future__ import annotations
@@ -35,9 +43,11 @@ from memory_core.models import Role, Turn
 from memory_core.service import MemoryService, Remember, open_local_service
 from memory_core.settings import Settings, StorageSettings, load_settings
 from memory_core.write.analyze import TurnAnalyzer
+from memory_core.write.pipeline import RELATIONS
+from memory_core.write.prompts import resolve_messages
 
 DATA = Path(__file__).parent / "data"
-SETS = ("intent", "targets", "extraction")
+SETS = ("intent", "targets", "extraction", "details", "resolve")
 
 
 def _rows(name: str, limit: int) -> list[dict[str, Any]]:
@@ -117,6 +127,26 @@ def run_targets(svc: MemoryService, rows: list[dict[str, Any]], at: datetime) ->
         "all": figures(rows),
         "by_lang": {lang: figures([r for r in rows if r["lang"] == lang]) for lang in ("en", "zh")},
     }
+
+
+def run_resolve(svc: MemoryService, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The same/update/different question on labelled pairs: accuracy and harmful answers."""
+    assert svc.llm is not None
+    for row in rows:
+        row["predicted"] = svc.llm.choose(resolve_messages(row["old"], row["new"]), RELATIONS)
+        mark = "ok " if row["predicted"] == row["relation"] else "BAD"
+        print(f"resolve {mark} {row['id']} said={row['predicted']} want={row['relation']}", flush=True)
+
+    def figures(subset: list[dict[str, Any]]) -> dict[str, Any]:
+        return {
+            "n": len(subset),
+            "accuracy": _ratio(sum(r["predicted"] == r["relation"] for r in subset), len(subset)),
+            # Data lost: an old memory hidden by one that does not replace it, or a new one dropped.
+            "wrongly_hidden": sum(r["predicted"] == "update" != r["relation"] for r in subset),
+            "wrongly_dropped": sum(r["predicted"] == "same" != r["relation"] for r in subset),
+        }
+
+    return _grouped(rows, figures)
 
 
 def _matches(text: str, needles: Iterable[str]) -> bool:
@@ -217,6 +247,12 @@ def main() -> None:
             if "extraction" in chosen:
                 results["extraction"] = _rows("extraction_turns.jsonl", args.limit)
                 figures["extraction"] = run_extraction(svc, clock, results["extraction"])
+            if "details" in chosen:
+                results["details"] = _rows("extraction_details.jsonl", args.limit)
+                figures["details"] = run_extraction(svc, clock, results["details"])
+            if "resolve" in chosen:
+                results["resolve"] = _rows("resolve_pairs.jsonl", args.limit)
+                figures["resolve"] = run_resolve(svc, results["resolve"])
             assert svc.llm is not None
             figures["llm_calls"] = svc.llm.stats.calls
         finally:

@@ -247,11 +247,9 @@ EXTRACT_SHOTS = [
 
 RESOLVE_SYSTEM = (
     "Two memories about the same user: A was stored earlier, B is new. Answer same if B says the same "
-    "thing as A and adds nothing; update if B is about the same thing as A and replaces it so that A is "
-    "no longer true (moved home, changed job, a new phone number instead of the old one, new plan "
-    "instead of the old one); different if both can be true, if they are about different things (a job "
-    "and a phone number, a job and a home) or different people, or if B adds a detail A does not have. "
-    "Answer only same, update or different."
+    "thing as A and adds nothing; update if B replaces A so that A is no longer true (moved home, "
+    "changed job, new plan instead of the old one); different if both can be true, if they are about "
+    "different people, or if B adds a detail A does not have. Answer only same, update or different."
 )
 RESOLVE_SHOTS = [
     (("User lives in Bilbao", "User moved to Valencia"), "update"),
@@ -261,11 +259,13 @@ RESOLVE_SHOTS = [
     (("User has a favourite board game", "User loves playing chess most of all"), "different"),
     (("User's sister is a vet in Galway", "User is a vet in Galway"), "different"),
     (("User works as a dental hygienist", "User's new email is jo.parks@mailbox.org"), "different"),
+    (("User works as a dental hygienist", "User left dentistry and now runs a bakery"), "update"),
     (("User's email is jo.p@netmail.com", "User's new email is jo.parks@mailbox.org"), "update"),
     (("用户月底要去昆明看展", "用户看展改去大理了"), "update"),
     (("用户对芒果过敏", "用户芒果过敏"), "same"),
     (("用户在宁波做会计", "用户住在宁波鄞州区"), "different"),
     (("用户在宁波做会计", "用户新的微信号是 nb_kuaiji"), "different"),
+    (("用户在宁波做会计", "用户不做会计了，现在开网约车"), "update"),
     (("用户在苏州开了一家面馆", "用户想多接一些团餐订单"), "different"),
     (("用户喜欢户外运动", "用户每周六早上骑车"), "different"),
     (("用户在苏州开了一家面馆", "用户把面馆搬到了无锡"), "update"),
