@@ -177,7 +177,7 @@ class TurnAnalyzer:
         the memories it deleted). Asked to extract from the whole message, the small model wrote
         the forgotten thing again ("User's old number is …"), or the request itself ("用户不再记
         手机号"). So a part of a fact that asks to forget, or repeats a number only the request
-        has, is cut off, and a fact is kept when what is left has a word of the message's other
+        says, is cut off, and a fact is kept when what is left has a word of the message's other
         parts that neither the request nor what it made forget has. A request that says nothing
         else costs no LLM call.
 
@@ -185,11 +185,12 @@ class TurnAnalyzer:
             LLMOutputError: the extraction was still invalid after a retry.
         """
         asked, told = beside_forgetting(message)
-        old = set(terms(asked)).union(*map(terms, forgotten))
-        new = set(terms(told)) - old
+        new = set(terms(told)).difference(terms(asked), *map(terms, forgotten))
         if not new or prefilter(told) is not None:  # nothing else, or only "thanks"
             return []
-        numbers = {term for term in old - new if any(char.isdigit() for char in term)}
+        # Pieces of a number the request says and the rest does not ("0100" of "0161 555 0100",
+        # when the new one is "0161 555 0199").
+        numbers = {term for term in set(terms(asked)) - set(terms(told)) if any(c.isdigit() for c in term)}
         kept = []
         for fact in self.extract(message, context):
             parts = [
