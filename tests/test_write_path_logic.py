@@ -258,6 +258,37 @@ def test_event_said_with_a_near_time_cue_is_temporary(svc: MemoryService, engine
     assert sister.facts[0].expire_at is None  # only events are made temporary by the cue
 
 
+@pytest.mark.parametrize(
+    ("message", "errand", "lasting"),
+    [
+        (
+            "I'm choosing a sofa for our new flat this week. I can't climb stairs since my knee surgery.",
+            "User is choosing a sofa for the new flat",
+            "User can't climb stairs since knee surgery",
+        ),
+        ("这周在给新家挑沙发。我对花生过敏，一点都不能吃。", "用户在给新家挑沙发", "用户对花生过敏"),
+    ],
+)
+def test_an_errand_placed_this_week_in_its_own_sentence_is_temporary(
+    svc: MemoryService, engine: ScriptedEngine, message: str, errand: str, lasting: str
+) -> None:
+    # The small model kept "这周在给新家挑沙发" as a lasting requirement, its "这周" dropped.
+    engine.script(
+        "extract",
+        facts_json((errand, "requirement", "fact", False), (lasting, "requirement", "fact", False)),
+    )
+    (outcome,) = svc.ingest("u", "s", [_user(message)])
+    expiry = {f.text: f.expire_at for f in outcome.facts}
+    assert expiry == {errand: svc.clock.now() + svc.settings.temporary_ttl.requirement, lasting: None}
+
+
+def test_a_need_said_with_now_stays_lasting(svc: MemoryService, engine: ScriptedEngine) -> None:
+    # "now" marks a change of state, not a short stay: only a bounded near time makes a need temporary.
+    engine.script("extract", facts_json(("User uses a wheelchair", "requirement", "fact", False)))
+    (outcome,) = svc.ingest("u", "s", [_user("I use a wheelchair now, so ground floor places only.")])
+    assert outcome.facts[0].expire_at is None
+
+
 def test_a_dated_past_event_is_history_and_never_expires(svc: MemoryService, engine: ScriptedEngine) -> None:
     # The small model calls past events "temporary"; their dates say they are history.
     engine.script(

@@ -37,17 +37,26 @@ _FORGET_CUE = re.compile(
 )
 
 
-_NEAR_TIME = re.compile(
-    r"\b(right now|now|today|tonight|tomorrow|this (morning|afternoon|evening|week|weekend)|next "
+# "now" and "正在" place a state at the present ("I use a wheelchair now"); the rest place a
+# thing within days, a stay or a plan that ends.
+_PRESENT = r"\b(right now|now)\b|现在|正在"
+_NEAR_DAYS = (
+    r"\b(today|tonight|tomorrow|this (morning|afternoon|evening|week|weekend)|next "
     r"(week|month|monday|tuesday|wednesday|thursday|friday|saturday|sunday)|in \d+ (minutes|hours|days))\b"
-    r"|现在|正在|今天|今晚|明天|后天|这周|本周|下周|下个月|周[一二三四五六日末]|星期[一二三四五六日天]|\d+分钟后",
-    re.IGNORECASE,
+    r"|今天|今晚|明天|后天|这周|本周|下周|下个月|周[一二三四五六日末]|星期[一二三四五六日天]|\d+分钟后"
 )
+_NEAR_TIME = re.compile(f"{_PRESENT}|{_NEAR_DAYS}", re.IGNORECASE)
+_WITHIN_DAYS = re.compile(_NEAR_DAYS, re.IGNORECASE)
 
 
 def has_near_time_cue(text: str) -> bool:
     """Whether ``text`` places something at the present or in the near future ("right now", "下周二")."""
     return _NEAR_TIME.search(text) is not None
+
+
+def places_within_days(text: str) -> bool:
+    """Whether ``text`` places something within the next days ("this week", "明天"), not just now."""
+    return _WITHIN_DAYS.search(text) is not None
 
 
 # A plain request to erase, said in the user's own voice: an erase verb in a clause that is not

@@ -20,7 +20,7 @@ from memory_core.settings import Settings
 from memory_core.store.facts import FactStore
 from memory_core.store.profile import learned_source
 from memory_core.text import Tokenizer
-from memory_core.write.analyze import TurnAnalyzer, has_near_time_cue
+from memory_core.write.analyze import TurnAnalyzer, has_near_time_cue, places_within_days
 from memory_core.write.forget import ForgetResult, Forgetter
 from memory_core.write.prefilter import sentences
 from memory_core.write.prompts import resolve_messages
@@ -252,9 +252,7 @@ class WritePath:
         # about when it happened. The lifetimes are for current situations and plans.
         if period is not None and period.end < at.date():
             return None
-        # An event said with a near-time cue ("right now", "下周二") is temporary even when the
-        # small model forgets to say so: a boarding call must not become a lasting fact.
-        if not item.temporary and not (item.tag is Tag.EVENT and has_near_time_cue(message)):
+        if not item.temporary and not self._placed_near(item, message):
             return None
         ttl = self._settings.temporary_ttl.for_tag(item.tag)
         if item.ttl_days is not None:
@@ -264,6 +262,21 @@ class WritePath:
         if period is not None:
             expire = max(expire, datetime.combine(period.end + timedelta(days=1), datetime.min.time(), UTC))
         return expire
+
+    def _placed_near(self, item: ExtractedFact, message: str) -> bool:
+        """Whether what was said makes ``item`` temporary though the small model did not: an event
+        said with a near-time cue anywhere in the message ("right now", "下周二": a boarding call
+        must not become a lasting fact), an errand or need placed within days by its own sentence
+        (it kept "这周在给新家挑沙发" as a lasting requirement, its "这周" dropped)."""
+        if item.tag is Tag.EVENT:
+            return has_near_time_cue(message)
+        if item.tag not in (Tag.REQUIREMENT, Tag.OTHER):
+            return False
+        terms = set(self._tokenizer.terms(item.text))
+        own = max(
+            sentences(message), key=lambda s: len(terms.intersection(self._tokenizer.terms(s))), default=""
+        )
+        return places_within_days(own)
 
     def _apply(self, user_id: str, turn: Turn, plan: _Plan, at: datetime, outcome: TurnOutcome) -> None:
         sources = (turn.turn_id,) if turn.turn_id else ()
