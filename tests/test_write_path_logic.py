@@ -17,6 +17,7 @@ from memory_core.llm.structured import StructuredLLM
 from memory_core.models import Role, Turn
 from memory_core.service import MemoryService, open_local_service
 from memory_core.settings import Settings
+from memory_core.write.analyze import beside_forgetting
 from memory_core.write.prefilter import substance
 from tests.scripted_engine import ScriptedEngine, facts_json
 
@@ -224,6 +225,23 @@ def test_a_bare_forget_request_costs_no_judge_and_no_extraction(
     assert outcome.skipped == "forget" and outcome.facts == []
     assert "judge" not in engine.calls and "extract" not in engine.calls
     assert svc.list_facts("u") == []
+
+
+@pytest.mark.parametrize(
+    ("message", "told"),
+    [
+        (
+            "Delete my old email (ana.r@oldbox.org) and use ana.reyes@newbox.org from now on.",
+            "and use ana.reyes@newbox.org from now on",
+        ),
+        ("把旧车牌删掉换成苏E7K2M9。", "换成苏E7K2M9"),
+        ("Forget my brother and sister's addresses.", ""),  # one thing asked, nothing told
+        ("忘掉我的体重 - 我现在跑半马了", "我现在跑半马了"),
+    ],
+)
+def test_what_a_forget_request_tells_besides_is_found_in_one_clause_too(message: str, told: str) -> None:
+    # "… and save <new email> instead" had no part of its own: the new email was lost.
+    assert beside_forgetting(message)[1].strip() == told
 
 
 def test_service_without_llm_refuses_to_ingest(

@@ -95,8 +95,15 @@ def has_forget_cue(text: str) -> bool:
 
 
 # Where the parts of a message end: "forget my old number - the new one is …", "…删掉，新的是…".
-# A full stop or comma ends a part only before a space (not inside "a.b@c.org" or "1,500").
-_PART_END = re.compile(r"[。！？；;，：\n—–]|[.,!?:](?=\s|$)|\s-\s")
+# A full stop or comma ends a part only before a space (not inside "a.b@c.org" or "1,500"). A
+# verb that puts something in the old thing's place starts a part too ("… and use <new> instead",
+# "…删掉换成…"); a bare "and" does not ("forget my brother and sister's addresses").
+_PART_END = re.compile(
+    r"[。！？；;，：\n—–]|[.,!?:](?=\s|$)|\s-\s"
+    r"|\s(?=and (?:then )?(?:save|use|keep|note|store|remember|record|put|add|write)\b)"
+    r"|(?=(?:并且|然后|再)?(?:换成|改成|改为|记成|记为|存成))",
+    re.IGNORECASE,
+)
 
 
 def beside_forgetting(message: str) -> tuple[str, str]:
@@ -202,12 +209,10 @@ class TurnAnalyzer:
         numbers = {term for term in set(terms(asked)) - set(terms(told)) if any(c.isdigit() for c in term)}
         kept = []
         for fact in self.extract(message, context):
-            parts = [
-                part.strip()
-                for part in _PART_END.split(fact.text)
-                if part.strip() and not has_forget_cue(part) and not numbers & set(terms(part))
-            ]
-            fact.text = ("，" if has_cjk(fact.text) else ", ").join(parts)
+            parts = [part.strip() for part in _PART_END.split(fact.text) if part.strip()]
+            left = [part for part in parts if not has_forget_cue(part) and not numbers & set(terms(part))]
+            if left != parts:
+                fact.text = ("，" if has_cjk(fact.text) else ", ").join(left)
             if new & set(terms(fact.text)):
                 kept.append(fact)
         return kept
