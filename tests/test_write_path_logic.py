@@ -300,10 +300,19 @@ def test_an_errand_placed_this_week_in_its_own_sentence_is_temporary(
     assert expiry == {errand: svc.clock.now() + svc.settings.temporary_ttl.requirement, lasting: None}
 
 
-def test_a_need_said_with_now_stays_lasting(svc: MemoryService, engine: ScriptedEngine) -> None:
-    # "now" marks a change of state, not a short stay: only a bounded near time makes a need temporary.
-    engine.script("extract", facts_json(("User uses a wheelchair", "requirement", "fact", False)))
-    (outcome,) = svc.ingest("u", "s", [_user("I use a wheelchair now, so ground floor places only.")])
+@pytest.mark.parametrize(
+    ("message", "fact", "tag"),
+    [
+        # "now" marks a change of state, not a short stay.
+        ("I use a wheelchair now, so ground floor places only.", "User uses a wheelchair", "requirement"),
+        ("我每周六早上去游泳。", "用户每周六早上去游泳", "other"),  # a weekday of a habit
+    ],
+)
+def test_a_need_or_habit_said_with_now_or_a_weekday_stays_lasting(
+    svc: MemoryService, engine: ScriptedEngine, message: str, fact: str, tag: str
+) -> None:
+    engine.script("extract", facts_json((fact, tag, "fact", False)))
+    (outcome,) = svc.ingest("u", "s", [_user(message)])
     assert outcome.facts[0].expire_at is None
 
 

@@ -37,15 +37,17 @@ _FORGET_CUE = re.compile(
 )
 
 
-# "now" and "正在" place a state at the present ("I use a wheelchair now"); the rest place a
-# thing within days, a stay or a plan that ends.
+# "now" and "正在" place a state at the present ("I use a wheelchair now"); a bare weekday is as
+# often a habit ("每周六去游泳") as a date; the rest place a thing within days, a stay or a plan
+# that ends.
 _PRESENT = r"\b(right now|now)\b|现在|正在"
+_WEEKDAY = r"周[一二三四五六日末]|星期[一二三四五六日天]"
 _NEAR_DAYS = (
     r"\b(today|tonight|tomorrow|this (morning|afternoon|evening|week|weekend)|next "
     r"(week|month|monday|tuesday|wednesday|thursday|friday|saturday|sunday)|in \d+ (minutes|hours|days))\b"
-    r"|今天|今晚|明天|后天|这周|本周|下周|下个月|周[一二三四五六日末]|星期[一二三四五六日天]|\d+分钟后"
+    r"|今天|今晚|明天|后天|这周|本周|下周|下个月|\d+分钟后"
 )
-_NEAR_TIME = re.compile(f"{_PRESENT}|{_NEAR_DAYS}", re.IGNORECASE)
+_NEAR_TIME = re.compile(f"{_PRESENT}|{_NEAR_DAYS}|{_WEEKDAY}", re.IGNORECASE)
 _WITHIN_DAYS = re.compile(_NEAR_DAYS, re.IGNORECASE)
 
 
