@@ -316,6 +316,69 @@ def test_a_need_or_habit_said_with_now_or_a_weekday_stays_lasting(
     assert outcome.facts[0].expire_at is None
 
 
+@pytest.mark.parametrize(
+    ("message", "fact", "tag", "temporary"),
+    [
+        # What a long chat tells of an ongoing thing, marked temporary by the small model and
+        # then swept before anyone asked about it.
+        (
+            "I'm reading a book on pottery glazes to get ideas for my shop.",
+            "User is reading a book on pottery glazes",
+            "requirement",
+            False,
+        ),
+        ("我在学做咖啡拉花，想以后开个小店。", "用户在学做咖啡拉花", "other", False),
+        # Placed in time by its own sentence: still temporary.
+        (
+            "We're staying at a B&B in Whitby until Friday.",
+            "User is staying at a B&B in Whitby",
+            "other",
+            True,
+        ),
+        ("这几天住在表姐家。", "用户住在表姐家", "identity", True),
+    ],
+)
+def test_only_what_its_own_sentence_places_in_time_is_temporary(
+    svc: MemoryService, engine: ScriptedEngine, message: str, fact: str, tag: str, temporary: bool
+) -> None:
+    engine.script("extract", facts_json((fact, tag, "fact", True)))
+    (outcome,) = svc.ingest("u", "s", [_user(message)])
+    assert (outcome.facts[0].expire_at is not None) is temporary
+
+
+def test_a_fact_whose_own_sentence_names_a_past_day_is_dated_history(
+    svc: MemoryService, engine: ScriptedEngine
+) -> None:
+    # "Lost my job yesterday, so …" became a temporary requirement without its "yesterday": swept
+    # two weeks later, it answered no "when did …" question.
+    engine.script(
+        "extract",
+        facts_json(
+            (
+                "User lost their job at the print shop and is opening a bike repair stall",
+                "requirement",
+                "fact",
+                True,
+            ),
+            ("User is thinking about a van", "requirement", "fact", True),
+        ),
+    )
+    (outcome,) = svc.ingest(
+        "u",
+        "s",
+        [
+            _user(
+                "Got laid off at the print shop yesterday, so I'm opening a bike repair stall. "
+                "Maybe I need a van."
+            )
+        ],
+    )
+    laid_off, van = outcome.facts
+    said = svc.clock.now().date()
+    assert (laid_off.event_start, laid_off.expire_at) == (said - timedelta(days=1), None)
+    assert van.event_start is None and van.expire_at is None  # its own sentence names no time
+
+
 def test_a_dated_past_event_is_history_and_never_expires(svc: MemoryService, engine: ScriptedEngine) -> None:
     # The small model calls past events "temporary"; their dates say they are history.
     engine.script(

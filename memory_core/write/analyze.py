@@ -38,10 +38,13 @@ _FORGET_CUE = re.compile(
 
 
 # "now" and "正在" place a state at the present ("I use a wheelchair now"); a bare weekday is as
-# often a habit ("每周六去游泳") as a date; the rest place a thing within days, a stay or a plan
-# that ends.
-_PRESENT = r"\b(right now|now)\b|现在|正在"
-_WEEKDAY = r"周[一二三四五六日末]|星期[一二三四五六日天]"
+# often a habit ("每周六去游泳") as a date, and a stay's words ("until", "这几天") bound it without
+# a day; the rest place a thing within days, a stay or a plan that ends.
+_PRESENT = r"\b(right now|now|at the moment|for now|these (few )?days)\b|现在|正在|这几天|这两天|这阵子|暂时"
+_WEEKDAY = (
+    r"\b(until|till|monday|tuesday|wednesday|thursday|friday|saturday|sunday)\b"
+    r"|周[一二三四五六日末]|星期[一二三四五六日天]"
+)
 _NEAR_DAYS = (
     r"\b(today|tonight|tomorrow|this (morning|afternoon|evening|week|weekend)|next "
     r"(week|month|monday|tuesday|wednesday|thursday|friday|saturday|sunday)|in \d+ (minutes|hours|days))\b"

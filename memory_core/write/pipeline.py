@@ -229,20 +229,32 @@ class WritePath:
             plan.new.append((item, vector, period))
         return plan
 
-    @staticmethod
-    def _dated(item: ExtractedFact, message: str, at: datetime) -> Period | None:
+    def _dated(self, item: ExtractedFact, message: str, at: datetime) -> Period | None:
         """Rewrite ``item``'s relative times as the dates they meant when said at ``at`` ("two days
         ago" means nothing a week later); the period it speaks of, or None.
 
         An event whose text lost the time its message gave ("my flight is tomorrow" → "User has a
-        flight") takes the message's, when the message names exactly one.
+        flight") takes the message's, when the message names exactly one; anything else takes a
+        day already past that its own sentence names ("lost my job yesterday, so …" → "User lost
+        their job and …"), which makes it history.
         """
         item.text, period = resolve_times(item.text.strip(), at)
-        if period is None and item.tag is Tag.EVENT:
+        if period is not None:
+            return period
+        if item.tag is Tag.EVENT:
             said = {found.period for found in find_times(message, at)}
-            if len(said) == 1:
-                period = said.pop()
-        return period
+            return said.pop() if len(said) == 1 else None
+        own = {found.period for found in find_times(self._own_sentence(item.text, message), at)}
+        past = own.pop() if len(own) == 1 else None
+        return past if past is not None and past.end < at.date() else None
+
+    def _own_sentence(self, text: str, message: str) -> str:
+        """The sentence of ``message`` a fact was written from: the one sharing most of its words
+        ("" when none shares one)."""
+        terms = set(self._tokenizer.terms(text))
+        shared = [(len(terms.intersection(self._tokenizer.terms(s))), s) for s in sentences(message)]
+        count, sentence = max(shared, key=lambda pair: pair[0], default=(0, ""))
+        return sentence if count else ""
 
     def _expiry(
         self, item: ExtractedFact, message: str, at: datetime, period: Period | None
@@ -252,7 +264,7 @@ class WritePath:
         # about when it happened. The lifetimes are for current situations and plans.
         if period is not None and period.end < at.date():
             return None
-        if not item.temporary and not self._placed_near(item, message):
+        if not self._temporary(item, message, at):
             return None
         ttl = self._settings.temporary_ttl.for_tag(item.tag)
         if item.ttl_days is not None:
@@ -263,20 +275,19 @@ class WritePath:
             expire = max(expire, datetime.combine(period.end + timedelta(days=1), datetime.min.time(), UTC))
         return expire
 
-    def _placed_near(self, item: ExtractedFact, message: str) -> bool:
-        """Whether what was said makes ``item`` temporary though the small model did not: an event
-        said with a near-time cue anywhere in the message ("right now", "下周二": a boarding call
-        must not become a lasting fact), an errand or need placed within days by its own sentence
-        (it kept "这周在给新家挑沙发" as a lasting requirement, its "这周" dropped)."""
+    def _temporary(self, item: ExtractedFact, message: str, at: datetime) -> bool:
+        """Whether ``item`` soon stops being true. An event is when the small model says so or the
+        message places it near ("right now", "下周二": a boarding call must not become a lasting
+        fact). Anything else must be placed in time by its own sentence: on a long chat the small
+        model called a third of what was told temporary ("User is reading …", "User is working on
+        a show"), and swept, it answered no later question; and it kept "这周在给新家挑沙发" as a
+        lasting requirement, its "这周" dropped."""
         if item.tag is Tag.EVENT:
-            return has_near_time_cue(message)
-        if item.tag not in (Tag.REQUIREMENT, Tag.OTHER):
-            return False
-        terms = set(self._tokenizer.terms(item.text))
-        own = max(
-            sentences(message), key=lambda s: len(terms.intersection(self._tokenizer.terms(s))), default=""
-        )
-        return places_within_days(own)
+            return item.temporary or has_near_time_cue(message)
+        own = self._own_sentence(item.text, message)
+        if not has_near_time_cue(own) and not find_times(own, at):
+            return item.temporary and item.ttl_days is not None  # a lifetime the message gave
+        return item.temporary or (item.tag in (Tag.REQUIREMENT, Tag.OTHER) and places_within_days(own))
 
     def _apply(self, user_id: str, turn: Turn, plan: _Plan, at: datetime, outcome: TurnOutcome) -> None:
         sources = (turn.turn_id,) if turn.turn_id else ()
