@@ -35,6 +35,10 @@ from memory_core.write.speakers import (
         ("用户感谢对方的建议", True),
         ("用户向邻居们问好", True),
         ("用户在和你聊天", True),
+        ("User shares a photo of two goats on a roof", True),
+        ("User posted some new pictures of the garden shed", True),
+        ("用户分享了一张海边风筝的照片", True),
+        ("用户晒了几张新家的图片", True),
         ("User is talking to Marco about selling the van", False),  # Marco is not the listener
         ("User is talking to a lawyer about the lease", False),
         ("User encourages their son to learn chess", False),
@@ -44,6 +48,8 @@ from memory_core.write.speakers import (
         ("User thinks Ines is very patient", False),
         ("用户支持本地农场", False),
         ("用户和同事一起去爬山", False),
+        ("User takes photos of birds for a local magazine", False),
+        ("用户喜欢拍风景照片", False),
     ],
 )
 def test_courtesies_are_no_memories(fact: str, courtesy: bool) -> None:

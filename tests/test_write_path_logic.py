@@ -379,6 +379,20 @@ def test_a_fact_whose_own_sentence_names_a_past_day_is_dated_history(
     assert van.event_start is None and van.expire_at is None  # its own sentence names no time
 
 
+def test_a_photo_caption_is_no_memory(svc: MemoryService, engine: ScriptedEngine) -> None:
+    engine.script(
+        "extract",
+        facts_json(
+            ("User shares a photo of a red kite over a beach", "other", "fact", False),
+            ("User flies kites at the weekend", "preference", "fact", False),
+        ),
+    )
+    (outcome,) = svc.ingest(
+        "u", "s", [_user("I fly kites at the weekend! [shares a photo of a red kite over a beach]")]
+    )
+    assert [f.text for f in outcome.facts] == ["User flies kites at the weekend"]
+
+
 def test_a_dated_past_event_is_history_and_never_expires(svc: MemoryService, engine: ScriptedEngine) -> None:
     # The small model calls past events "temporary"; their dates say they are history.
     engine.script(

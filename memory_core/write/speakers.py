@@ -136,6 +136,14 @@ _COURTESY = re.compile(
     r"|^用户(?:也|很|非常)?(?:感谢|谢谢|祝贺|恭喜|问候|问好)"
     r"|^用户(?:向|跟|和|对).{1,12}?(?:问好|打招呼|道谢|致谢|表示感谢|表示祝贺|说谢谢)"
 )
+# A photo shown in the chat ("User shares a photo of a kite on a beach", "用户分享了一张照片"):
+# the act of showing is no memory, and chat apps write captions of every picture into the text.
+_CAPTION = re.compile(
+    r"^User (?:also |just )?(?:shares|shared|is sharing|sends|sent|posts|posted|shows|showed|is showing) "
+    r"(?:a |an |the |some |two |three |several |their |his |her )?(?:\w+ )?"
+    r"(?:photo|picture|pic|image|snapshot|selfie|photograph)(?:s|y)?\b"
+    r"|^用户(?:也|还)?(?:分享|发送|发|晒|展示)了?.{0,16}?(?:照片|图片|相片|自拍)"
+)
 # What the user does towards the one they talk to ("User is talking to Ines", "User encourages
 # Ines to keep going"): no news about the user. Towards someone else it may be ("User supports
 # their sister's bakery").
@@ -149,11 +157,11 @@ _TOWARDS = re.compile(
 
 
 def is_courtesy(fact: str, addressed: set[str]) -> bool:
-    """Whether ``fact`` only records a courtesy: thanks, congratulations or greetings for anyone,
-    or talk, encouragement or praise for the listener (``addressed``: the names the message calls
-    them by)."""
+    """Whether ``fact`` only records a courtesy: thanks, congratulations, greetings or a photo
+    shown, for anyone, or talk, encouragement or praise for the listener (``addressed``: the
+    names the message calls them by)."""
     fact = fact.strip()
-    if _COURTESY.match(fact):
+    if _COURTESY.match(fact) or _CAPTION.match(fact):
         return True
     towards = _TOWARDS.match(fact)
     if towards is None:
