@@ -279,9 +279,9 @@ class WritePath:
         """Whether ``item`` soon stops being true. An event is when the small model says so or the
         message places it near ("right now", "下周二": a boarding call must not become a lasting
         fact). Anything else must be placed in time by its own sentence: on a long chat the small
-        model called a third of what was told temporary ("User is reading …", "User is working on
-        a show"), and swept, it answered no later question; and it kept "这周在给新家挑沙发" as a
-        lasting requirement, its "这周" dropped."""
+        model called a third of what was told temporary (ongoing things: a book being read, a
+        project being worked on), and swept, it answered no later question; and it kept an errand
+        of this week ("这周在给孩子挑自行车") as a lasting requirement, its "这周" dropped."""
         if item.tag is Tag.EVENT:
             return item.temporary or has_near_time_cue(message)
         own = self._own_sentence(item.text, message)
