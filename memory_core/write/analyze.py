@@ -37,20 +37,21 @@ _FORGET_CUE = re.compile(
 )
 
 
-# "now" and "正在" place a state at the present ("I use a wheelchair now"); a bare weekday is as
-# often a habit ("每周六去游泳") as a date, and a stay's words ("until", "这几天") bound it without
-# a day; the rest place a thing within days, a stay or a plan that ends.
-_PRESENT = r"\b(right now|now|at the moment|for now|these (few )?days)\b|现在|正在|这几天|这两天|这阵子|暂时"
-_WEEKDAY = (
-    r"\b(until|till|monday|tuesday|wednesday|thursday|friday|saturday|sunday)\b"
-    r"|周[一二三四五六日末]|星期[一二三四五六日天]"
+# Cues that place a thing near without placing it within days: "now" and "正在" a state at the
+# present ("I use a wheelchair now"), a stay's words ("until", "这几天") a stay without its end,
+# a bare weekday as often a habit ("每周六去游泳") as a date. The rest place a thing within days,
+# a stay or a plan that ends.
+_NEAR_NO_DAY = (
+    r"\b(right now|now|at the moment|for now|these (few )?days|until|till"
+    r"|monday|tuesday|wednesday|thursday|friday|saturday|sunday)\b"
+    r"|现在|正在|这几天|这两天|这阵子|暂时|周[一二三四五六日末]|星期[一二三四五六日天]"
 )
 _NEAR_DAYS = (
     r"\b(today|tonight|tomorrow|this (morning|afternoon|evening|week|weekend)|next "
     r"(week|month|monday|tuesday|wednesday|thursday|friday|saturday|sunday)|in \d+ (minutes|hours|days))\b"
     r"|今天|今晚|明天|后天|这周|本周|下周|下个月|\d+分钟后"
 )
-_NEAR_TIME = re.compile(f"{_PRESENT}|{_NEAR_DAYS}|{_WEEKDAY}", re.IGNORECASE)
+_NEAR_TIME = re.compile(f"{_NEAR_NO_DAY}|{_NEAR_DAYS}", re.IGNORECASE)
 _WITHIN_DAYS = re.compile(_NEAR_DAYS, re.IGNORECASE)
 
 
