@@ -161,6 +161,32 @@ def test_an_interrupted_reshard_must_be_finished_before_another(tmp_path: Path) 
     store.close()
 
 
+def test_a_reshard_is_on_disk_when_its_start_is_acknowledged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The admin API answers 202 when start() returns: a coordinator killed right after must find
+    # the goal to resume, however long the reshard's first steps (a slow shard) take.
+    store = _open(tmp_path)
+    _fill(store)
+    resharder = store.resharder
+    slow_shard, recover = threading.Event(), resharder.recover
+
+    def recover_slowly() -> None:
+        slow_shard.wait(60)
+        recover()
+
+    monkeypatch.setattr(resharder, "recover", recover_slowly)
+    runner = resharding.ReshardRunner(resharder)
+    assert runner.start(add=2)["state"] == "running"
+    try:
+        assert resharding.interrupted_goal(tmp_path) == 4
+    finally:
+        slow_shard.set()
+        runner.wait()
+    assert runner.status()["state"] == "done" and resharding.interrupted_goal(tmp_path) is None
+    store.close()
+
+
 _CRASH = """
 import os, signal, sys
 from pathlib import Path

@@ -155,6 +155,19 @@ class Resharder:
             )
         self.store.routing.check(goal)
 
+    def begin(self, goal: int) -> None:
+        """Check that a reshard to ``goal`` may start (see :meth:`check`) and record its goal
+        durably, so that a crash from here leaves it to resume; an interrupted one's journal (the
+        move it was in) is kept as it is.
+
+        Raises:
+            ConfigError: as :meth:`check`.
+            StorageError: the goal was not written.
+        """
+        self.check(goal)
+        if _read(self.data_dir) is None:
+            _write(self.data_dir, goal, None, self.store.routing.version)
+
     def reshard(self, goal: int) -> ReshardReport:
         """Spread the slots evenly over ``goal`` shards.
 
@@ -164,7 +177,7 @@ class Resharder:
             StorageError: a step was not written; the data dir is consistent (the move in flight
                 is rolled back) and resharding to the same goal goes on.
         """
-        self.check(goal)
+        self.begin(goal)
         self.recover()  # a move a failed step left (a drop to retry, a switch half announced)
         started = time.monotonic()
         before = self.store.routing.shards
@@ -252,19 +265,20 @@ class ReshardRunner:
         Raises:
             ValidationError: not a shard count the store can have, or nothing to do.
             ReshardBusyError: a reshard is running.
+            StorageError: the goal was not written (nothing started).
         """
         routing = self._resharder.store.routing
         interrupted = interrupted_goal(self._resharder.data_dir)
         goal = routing.shards + add - remove if add or remove else interrupted
         if goal is None:
             raise ValidationError("say how many shards to add or remove (no reshard was interrupted)")
-        try:
-            self._resharder.check(goal)
-        except ConfigError as exc:  # the caller's count: bad input here
-            raise ValidationError(str(exc)) from exc
         with self._lock:
             if self._thread is not None and self._thread.is_alive():
                 raise ReshardBusyError(self._status["goal"])
+            try:
+                self._resharder.begin(goal)  # acknowledged once on disk: a restart resumes it
+            except ConfigError as exc:  # the caller's count: bad input here
+                raise ValidationError(str(exc)) from exc
             self._status = {"state": "running", "goal": goal, "from": routing.shards, "started_at": _now()}
             self._thread = threading.Thread(
                 target=self._run, args=(goal,), name="longmem-reshard", daemon=True
