@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Sequence
+from datetime import timedelta
 
 from memory_core.llm.base import ChatMessage
 from memory_core.models import Fact, ProfileEntry, RecallHit, Turn
@@ -81,11 +82,20 @@ def render_profile(entries: Sequence[ProfileEntry]) -> str:
 
 
 def event_span(fact: Fact) -> str:
-    """The time a fact speaks of (``2026-03-02``, or ``2026-03-02 to 2026-03-08``), empty if none."""
-    if fact.event_start is None:
+    """The time a fact speaks of: a day (``2026-03-02``), a whole month (``2026-03``) or year
+    (``2026``) as people say them, any other period as a range (``2026-03-02 to 2026-03-08``);
+    empty if none. A year written as its first and last day was copied as such into answers."""
+    start, end = fact.event_start, fact.event_end or fact.event_start
+    if start is None or end is None:
         return ""
-    end = f" to {fact.event_end.isoformat()}" if fact.event_end not in (None, fact.event_start) else ""
-    return f"{fact.event_start.isoformat()}{end}"
+    if start == end:
+        return start.isoformat()
+    if start.day == 1 and (end + timedelta(days=1)).day == 1 and start.year == end.year:
+        if (start.month, end.month) == (1, 12):
+            return str(start.year)
+        if start.month == end.month:
+            return f"{start:%Y-%m}"
+    return f"{start.isoformat()} to {end.isoformat()}"
 
 
 def before_that(hit: RecallHit, show: Callable[[str], str]) -> str:

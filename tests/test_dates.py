@@ -13,8 +13,8 @@ import pytest
 from memory_core.clock import ManualClock
 from memory_core.dates import Period, find_times, period_of, resolve_times
 from memory_core.embedding import Embedder
-from memory_core.models import Fact, Role, Tag, Turn
-from memory_core.prompt import render_memories
+from memory_core.models import Fact, Layer, Role, Tag, Turn
+from memory_core.prompt import event_span, render_memories
 from memory_core.recall import Recaller
 from memory_core.service import MemoryService, open_local_service
 from memory_core.settings import RecallSettings, Settings
@@ -193,7 +193,33 @@ def test_stored_facts_carry_the_date_they_meant_and_a_plan_lives_until_its_perio
     assert (flight.event_start, flight.event_end) == (date(2025, 9, 18), date(2025, 9, 18))
     lines = render_memories(svc.recall("u", "When did my grandfather die?", threshold=-1.0, at=SAID))
     assert '"Your grandfather passed away on 15 September 2025"' in lines
-    assert "time 2025-09-15)" in lines and "time 2025-10-01 to 2025-10-31, until 2025-11-01" in lines
+    assert "time 2025-09-15)" in lines and "time 2025-10, until 2025-11-01" in lines
+
+
+@pytest.mark.parametrize(
+    ("start", "end", "shown"),
+    [
+        (date(2022, 1, 1), date(2022, 12, 31), "2022"),
+        (date(2024, 2, 1), date(2024, 2, 29), "2024-02"),
+        (date(2025, 3, 3), date(2025, 3, 3), "2025-03-03"),
+        (date(2025, 3, 3), date(2025, 3, 9), "2025-03-03 to 2025-03-09"),
+        (date(2025, 3, 1), date(2025, 4, 30), "2025-03-01 to 2025-04-30"),
+        (date(2025, 1, 1), date(2025, 12, 30), "2025-01-01 to 2025-12-30"),
+    ],
+)
+def test_a_whole_month_or_year_is_shown_as_people_write_it(start: date, end: date, shown: str) -> None:
+    # A model answering "when?" copies the span: "2022-01-01 to 2022-12-31" for "last year".
+    fact = Fact(
+        id=1,
+        user_id="u",
+        text="User moved house",
+        tag=Tag.EVENT,
+        layer=Layer.FACT,
+        created_at=SAID,
+        event_start=start,
+        event_end=end,
+    )
+    assert event_span(fact) == shown
 
 
 def test_a_question_about_a_period_ranks_the_facts_of_that_period_first(embedder: Embedder) -> None:
