@@ -336,6 +336,21 @@ def test_a_need_or_habit_said_with_now_or_a_weekday_stays_lasting(
             True,
         ),
         ("这几天住在表姐家。", "用户住在表姐家", "identity", True),
+        # Said as the present or as a stay of hours or days, without a date.
+        (
+            "Currently looking for a kite for my nephew, he's into anything that flies.",
+            "User is looking for a kite for their nephew",
+            "requirement",
+            True,
+        ),
+        (
+            "I'm stuck at my cousin's place for a couple of nights while the boiler gets fixed.",
+            "User is staying at their cousin's place",
+            "other",
+            True,
+        ),
+        ("我在车管所排队，估计还要半个小时。", "用户在车管所排队", "other", True),
+        ("目前借住在朋友的工作室。", "用户借住在朋友的工作室", "identity", True),
     ],
 )
 def test_only_what_its_own_sentence_places_in_time_is_temporary(

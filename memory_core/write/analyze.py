@@ -38,13 +38,15 @@ _FORGET_CUE = re.compile(
 
 
 # Cues that place a thing near without placing it within days: "now" and "正在" a state at the
-# present ("I use a wheelchair now"), a stay's words ("until", "这几天") a stay without its end,
-# a bare weekday as often a habit ("每周六去游泳") as a date. The rest place a thing within days,
-# a stay or a plan that ends.
+# present ("I use a wheelchair now"), a stay's words ("until", "这几天", "for a couple of
+# nights", "还要半个小时") a stay without its end, a bare weekday as often a habit ("每周六去游泳")
+# as a date. The rest place a thing within days, a stay or a plan that ends.
 _NEAR_NO_DAY = (
-    r"\b(right now|now|at the moment|for now|these (few )?days|until|till"
-    r"|monday|tuesday|wednesday|thursday|friday|saturday|sunday)\b"
-    r"|现在|正在|这几天|这两天|这阵子|暂时|周[一二三四五六日末]|星期[一二三四五六日天]"
+    r"\b(right now|now|currently|at present|at the moment|for now|for the time being|these (few )?days"
+    r"|until|till|for (a few |a couple of |another |an? |one |two |three |\d+ )(more )?(minute|hour|day"
+    r"|night|week)s?|monday|tuesday|wednesday|thursday|friday|saturday|sunday)\b"
+    r"|现在|目前|眼下|正在|这几天|这两天|这阵子|暂时|还要[^，。,.！？!?]{0,4}(小时|分钟|天)"
+    r"|周[一二三四五六日末]|星期[一二三四五六日天]"
 )
 _NEAR_DAYS = (
     r"\b(today|tonight|tomorrow|this (morning|afternoon|evening|week|weekend)|next "
