@@ -189,10 +189,14 @@ def run_extraction(svc: MemoryService, clock: ManualClock, rows: list[dict[str, 
             )
         row["stored"], row["found"] = stored, found
         bad = [i["text"] for i in stored if not i["expected"]]
-        missed = [w["any"][0] for w, f in zip(row["expect"], found, strict=True) if not f["found"]]
-        mark = "ok " if not bad and not missed else "BAD"
+        labelled = list(zip(row["expect"], found, strict=True))
+        missed = [w["any"][0] for w, f in labelled if not f["found"]]
+        lifetime = [w["any"][0] for w, f in labelled if f["temporary_ok"] is False]
+        mark = "ok " if not bad and not missed and not lifetime else "BAD"
         print(
-            f"extract {mark} {row['id']} {row['message'][:50]!r} unexpected={bad} missed={missed}", flush=True
+            f"extract {mark} {row['id']} {row['message'][:50]!r} unexpected={bad} missed={missed} "
+            f"wrong_lifetime={lifetime}",
+            flush=True,
         )
 
     def figures(subset: list[dict[str, Any]]) -> dict[str, Any]:
