@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import date, timedelta
 from pathlib import Path
 
 import httpx
@@ -26,7 +26,7 @@ from deployments.api.auth import Authenticator, AuthError
 from deployments.ui.session import Sessions
 from memory_core.clock import ManualClock
 from memory_core.embedding import Embedder
-from memory_core.models import Fact
+from memory_core.models import Fact, Layer, NewFact, Tag
 from memory_core.service import MemoryService, Remember, open_local_service
 from memory_core.settings import ApiKey, ServeSettings, Settings, StorageSettings
 from tests.asgi_app import local_api
@@ -67,9 +67,10 @@ class Site:
     service: MemoryService
     porto: Fact  # replaced the Lyon memory: a chain of two
     tea: Fact  # temporary
+    concert: Fact  # speaks of a month
 
 
-def _seed(svc: MemoryService, clock: ManualClock) -> tuple[Fact, Fact]:
+def _seed(svc: MemoryService, clock: ManualClock) -> tuple[Fact, Fact, Fact]:
     lyon, tea = svc.remember(
         "acme:alice",
         [
@@ -87,14 +88,29 @@ def _seed(svc: MemoryService, clock: ManualClock) -> tuple[Fact, Fact]:
     svc.facts.supersede("acme:alice", lyon.id, porto.id)
     svc.set_preference("acme:alice", "Answer in short bullet points")
     svc.remember("acme:bob", [Remember("Bob plays the cello in an amateur orchestra")])
+    text = "Bob played a concert in Lisbon"
+    [concert] = svc.facts.add(
+        [
+            NewFact(
+                user_id="acme:bob",
+                text=text,
+                tag=Tag.EVENT,
+                layer=Layer.FACT,
+                created_at=clock.now(),
+                event_start=date(2025, 5, 1),
+                event_end=date(2025, 5, 31),
+            )
+        ],
+        svc.embedder.embed_passages([text]),
+    )
     svc.remember("globex:carol", [Remember("Carol is allergic to walnuts", tag="requirement")])
-    return porto, tea
+    return porto, tea, concert
 
 
 @pytest.fixture
 def site(tmp_path: Path, embedder: Embedder, clock: ManualClock) -> Iterator[Site]:
     svc = open_local_service(_settings(tmp_path / "data"), clock, embedder)
-    porto, tea = _seed(svc, clock)
+    porto, tea, concert = _seed(svc, clock)
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(local_api(svc), host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
@@ -103,7 +119,7 @@ def site(tmp_path: Path, embedder: Embedder, clock: ManualClock) -> Iterator[Sit
     while not server.started:
         assert time.monotonic() < deadline, "uvicorn did not start"
         time.sleep(0.05)
-    yield Site(f"http://127.0.0.1:{port}", svc, porto, tea)
+    yield Site(f"http://127.0.0.1:{port}", svc, porto, tea, concert)
     server.should_exit = True
     thread.join(timeout=10)
     svc.close()
@@ -176,6 +192,8 @@ def test_sign_in_browse_search_and_delete(site: Site, page: Page, tmp_path: Path
     expect(chain.first).to_contain_text(f"replaced by #{site.porto.id}")
     expect(chain.last).to_contain_text("live")
     _shot(page, tmp_path, "chain")
+    page.goto(f"{site.url}/ui/users/bob/memories/{site.concert.id}")
+    expect(page.locator("#event-time")).to_have_text("2025-05")  # a whole month, as people write it
 
     page.goto(f"{site.url}/ui/users/alice")
     row = page.locator("#memory-table tr", has_text="green tea")

@@ -25,6 +25,7 @@ from deployments.api.runtime import Runtime
 from deployments.ui.session import COOKIE, Sessions, UiSession
 from memory_core.errors import NotFoundError, ValidationError
 from memory_core.models import Fact
+from memory_core.prompt import event_span
 from memory_core.tenancy import scoped, unscoped
 from memory_core.validation import parse_memory_id
 
@@ -62,6 +63,7 @@ _templates = jinja2.Environment(
 )
 _templates.filters["seg"] = lambda value: quote(str(value), safe="")
 _templates.filters["when"] = _when
+_templates.filters["span"] = event_span
 
 
 def is_ui(request: Request) -> bool:
