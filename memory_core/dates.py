@@ -7,7 +7,10 @@ period as the fact's event time; recall reads a period out of a question the sam
 ("what did I do last week", "去年").
 
 Only phrases that name a period by themselves are resolved. A bare weekday ("on Friday") or a
-vague "recently" stays as said: guessing its date would store something the user never meant.
+vague "recently" stays as said: guessing its date would store something the user never meant. A
+month named without a year ("in June", "六月") is the last June for what happened ("went", "了")
+and the next one otherwise ("will", "starts in June", "六月考"); a month that comes back every
+year ("birthday in June") stays as said.
 """
 
 from __future__ import annotations
@@ -125,6 +128,38 @@ def _span(day: date, unit: str, count: int) -> Period:
     return _year(day.year + count)
 
 
+def _month_named(day: date, month: int, past: bool) -> Period:
+    """The ``month`` the speaker meant on ``day``: the last one if ``past``, else the next one
+    (this month is both)."""
+    back = (day.month - month) % 12  # months since the last such month
+    return _months_from(day, -back if past else (12 - back) % 12)
+
+
+# A bare month in a past form ("went", "了", "since") is the last one; otherwise it is a plan or
+# a schedule ("will", "starts in June", "六月考"): the next one. Read in the whole (short) text
+# the month is in: a stored fact or a question.
+_SINCE = re.compile(r"\b(?:since|ago)\b|以来", re.IGNORECASE)
+_FUTURE = re.compile(
+    r"\b(?:will|'ll|shall|going to|gonna|plans?|planning|hopes? to|wants? to|would like to|intends? to"
+    r"|upcoming|soon)\b|要|打算|准备|计划|将|会|想",
+    re.IGNORECASE,
+)
+_PAST = re.compile(
+    r"\b(?:was|were|went|did|had|got|made|took|saw|met|ran|came|began|bought|left|won|lost|spent|gave"
+    r"|wrote|flew|drove|\w{3,}ed)\b|了|过",
+    re.IGNORECASE,
+)
+# A month that comes back every year ("User's birthday is in June", "每年三月") is no one date.
+_YEARLY = re.compile(
+    r"\b(?:birthday|anniversary|every|each|annual|annually|yearly|usually|always)\b|生日|每年|周年|纪念日|通常|总是",
+    re.IGNORECASE,
+)
+
+
+def _in_past(text: str) -> bool:
+    return bool(_SINCE.search(text)) or (not _FUTURE.search(text) and bool(_PAST.search(text)))
+
+
 # ----------------------------------------------------------------------------- writing
 
 
@@ -164,7 +199,8 @@ def _zh_written(period: Period, unit: str) -> str:
 
 # ----------------------------------------------------------------------------- phrases
 
-_Rule = tuple[re.Pattern[str], Callable[[re.Match[str], date], tuple[Period, str]]]
+# A rule's meaning is None where the match names no one period after all.
+_Rule = tuple[re.Pattern[str], Callable[[re.Match[str], date], tuple[Period, str] | None]]
 
 _EN_COUNT = r"(\d{1,3}|an?|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|(?:a )?couple of)"
 _EN_UNIT = r"(day|week|month|year)s?"
@@ -213,6 +249,52 @@ _EN_NAMED_DAYS = {
     "tomorrow": 1,
 }
 
+
+def _en_month(m: re.Match[str], day: date) -> tuple[Period, str] | None:
+    month = list(calendar.month_name).index(m[2])
+    if m[3]:
+        return _month(int(m[3]), month), "month"
+    if _YEARLY.search(m.string):
+        return None
+    which = (m[1] or "").lower()
+    if which == "this":
+        return _month(day.year, month), "month"
+    if which:
+        # "last June" said in June is a year back; "next June" a year ahead.
+        step = _EN_WHICH[which]
+        named = _month_named(day, month, past=step < 0)
+        return (_months_from(named.start, 12 * step) if month == day.month else named), "month"
+    return _month_named(day, month, _in_past(m.string)), "month"
+
+
+# A month by name, with a year, "last/this/next", or after a word that makes it a time ("in
+# June", "early May"): "May I", "June's house" and "June 5" (a day: left as said) are not.
+_EN_MONTH_NAME = "|".join(calendar.month_name[1:])
+_EN_MONTH_AFTER = "|".join(
+    rf"(?<=\b(?i:{words})[ -])"
+    for words in (
+        "in",
+        "by",
+        "since",
+        "until",
+        "till",
+        "during",
+        "from",
+        "before",
+        "after",
+        "early",
+        "late",
+        "mid",
+        "end of",
+        "start of",
+        "beginning of",
+    )
+)
+_EN_MONTH = re.compile(
+    rf"\b(?:((?i:last|this|next)) |{_EN_MONTH_AFTER}|(?=(?:{_EN_MONTH_NAME}),? \d{{4}}\b))"
+    rf"({_EN_MONTH_NAME})(?:,? (\d{{4}}))?\b(?!'s|,? ?\d)"
+)
+
 _EN_RULES: list[_Rule] = [
     (
         re.compile(r"\b(" + "|".join(map(re.escape, _EN_NAMED_DAYS)) + r")\b", re.IGNORECASE),
@@ -222,6 +304,7 @@ _EN_RULES: list[_Rule] = [
     (re.compile(rf"\bin {_EN_COUNT} {_EN_UNIT}(?:'? time)?\b", re.IGNORECASE), _en_in),
     (re.compile(rf"\b(last|this|next) {_EN_WEEKDAY}\b", re.IGNORECASE), _en_which_weekday),
     (re.compile(r"\b(last|this|next) (week|month|year|weekend)\b", re.IGNORECASE), _en_which_unit),
+    (_EN_MONTH, _en_month),
 ]
 
 _ZH_COUNT = r"(\d{1,3}|[一二两三四五六七八九十]{1,3})"
@@ -261,6 +344,31 @@ def _zh_which_week(m: re.Match[str], day: date) -> tuple[Period, str]:
     return _week(day + timedelta(weeks=weeks)), "week"
 
 
+def _zh_month(m: re.Match[str], day: date) -> tuple[Period, str] | None:
+    month = _zh_number(m[3])
+    if m[1]:
+        year = int(m[1])
+    elif m[2]:
+        year = day.year + _ZH_YEARS[m[2]]
+    elif _YEARLY.search(m.string):
+        return None
+    else:
+        year = _month_named(day, month, _in_past(m.string)).start.year
+    if m[4]:
+        try:
+            return _day(date(year, month, _zh_number(m[4]))), "day"
+        except ValueError:  # "二月三十日"
+            pass
+    return _month(year, month), "month"
+
+
+# "六月", "去年6月", "2023年5月", "三月八号"; not "六个月" (a duration) nor the "月" of "上个月".
+_ZH_MONTH = re.compile(
+    r"(?<![\d一二三四五六七八九十两个上下这本每])"
+    r"(?:(\d{4})年|(前年|去年|今年|明年|后年))?(十[一二]?|[一二三四五六七八九]|1[0-2]|0?[1-9])月份?"
+    r"(?:([一二三]?十[一二三四五六七八九]?|[一二三四五六七八九]|[12]\d|3[01]|0?[1-9])[日号])?"
+)
+
 _ZH_RULES: list[_Rule] = [
     (
         re.compile("(" + "|".join(sorted(_ZH_NAMED_DAYS, key=len, reverse=True)) + ")"),
@@ -278,6 +386,7 @@ _ZH_RULES: list[_Rule] = [
         re.compile(r"([上这本下])个?月"),
         lambda m, day: (_months_from(day, _ZH_WHICH[m[1]]), "month"),
     ),
+    (_ZH_MONTH, _zh_month),
     (
         re.compile("(" + "|".join(_ZH_YEARS) + ")"),
         lambda m, day: (_year(day.year + _ZH_YEARS[m[1]]), "year"),
@@ -286,7 +395,7 @@ _ZH_RULES: list[_Rule] = [
 
 
 _PREPOSITION_BEFORE = re.compile(
-    r"\b(on|in|for|by|until|till|since|from|at|before|after|during|of)\s+$", re.IGNORECASE
+    r"\b(on|in|for|by|until|till|since|from|at|before|after|during|of|early|late|mid)[\s-]+$", re.IGNORECASE
 )
 _LEADING_PREPOSITION = re.compile(r"^(on|in) ")
 
@@ -303,7 +412,10 @@ def find_times(text: str, said_at: datetime) -> list[Resolved]:
                 start, end = match.span()
                 if any(start < b and a < end for a, b in taken):
                     continue
-                period, unit = meaning(match, day)
+                meant = meaning(match, day)
+                if meant is None:
+                    continue
+                period, unit = meant
                 found.append(Resolved(match[0], (start, end), period, write(period, unit)))
                 taken.append((start, end))
     return sorted(found, key=lambda r: r.span)

@@ -102,6 +102,41 @@ SAID = datetime(2025, 9, 17, 15, 30, tzinfo=UTC)
         ("用户三个月前换了工作", "用户2025年6月换了工作", date(2025, 6, 1), date(2025, 6, 30)),
         ("用户这周末要搬家", "用户2025年9月20日那个周末要搬家", date(2025, 9, 20), date(2025, 9, 21)),
         ("用户前天感冒了", "用户2025年9月15日感冒了", date(2025, 9, 15), date(2025, 9, 15)),
+        # A month by name: the last one for what happened, the next one for a plan or schedule.
+        (
+            "User ran a half marathon in March",
+            "User ran a half marathon in March 2025",
+            date(2025, 3, 1),
+            date(2025, 3, 31),
+        ),
+        (
+            "User's son starts nursery in February",
+            "User's son starts nursery in February 2026",
+            date(2026, 2, 1),
+            date(2026, 2, 28),
+        ),
+        (
+            "User has volunteered at the shelter since May",
+            "User has volunteered at the shelter since May 2025",
+            date(2025, 5, 1),
+            date(2025, 5, 31),
+        ),
+        (
+            "User moved to Leeds last September",
+            "User moved to Leeds in September 2024",
+            date(2024, 9, 1),
+            date(2024, 9, 30),
+        ),
+        (
+            "User will repaint the kitchen in early October",
+            "User will repaint the kitchen in early October 2025",
+            date(2025, 10, 1),
+            date(2025, 10, 31),
+        ),
+        ("User married in June, 2019", "User married in June 2019", date(2019, 6, 1), date(2019, 6, 30)),
+        ("用户十一月要去哈尔滨", "用户2025年11月要去哈尔滨", date(2025, 11, 1), date(2025, 11, 30)),
+        ("用户去年七月搬到了成都", "用户2024年7月搬到了成都", date(2024, 7, 1), date(2024, 7, 31)),
+        ("用户五月二十号去了杭州", "用户2025年5月20日去了杭州", date(2025, 5, 20), date(2025, 5, 20)),
     ],
 )
 def test_a_relative_time_is_written_as_the_date_it_meant(
@@ -119,6 +154,12 @@ def test_a_relative_time_is_written_as_the_date_it_meant(
         "User recently took up climbing",  # vague: left as said
         "用户每周一去游泳",
         "用户周末喜欢去钓鱼",
+        "User's birthday is in June",  # comes back every year
+        "User's aunt June lives in Cork",  # a name
+        "User's exam is on June 5",  # a day without its year: left as said
+        "User goes skiing every January",
+        "用户每年六月去海边",
+        "用户六个月没回家",  # a duration
     ],
 )
 def test_text_without_a_time_that_names_a_date_is_left_as_said(text: str) -> None:
