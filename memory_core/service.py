@@ -131,7 +131,7 @@ class MemoryService:
         """
         self.check_turns(user_id, turns)
         self.working.append(user_id, session_id, turns)
-        return self.write_turns(user_id, turns, at)
+        return self.write_turns(user_id, turns, at, session_id)
 
     def check_turns(self, user_id: str, turns: Sequence[Turn]) -> None:
         """Refuse a bad user id or turn, or any turn when the service has no LLM.
@@ -146,15 +146,17 @@ class MemoryService:
             check_text(turn.content, self.settings.limits.max_text_chars)
 
     def write_turns(
-        self, user_id: str, turns: Sequence[Turn], at: datetime | None = None
+        self, user_id: str, turns: Sequence[Turn], at: datetime | None = None, session_id: str | None = None
     ) -> list[TurnOutcome]:
-        """The write path alone (no working-window append): what runs after a chat reply.
+        """The write path alone (no working-window append): what runs after a chat reply. The
+        session's window (``session_id``) tells whom the user talks to.
 
         Raises:
             as for :meth:`ingest`.
         """
         self.check_turns(user_id, turns)
-        return self._write_path().process(user_id, turns, as_utc(at) if at else self.clock.now())
+        session = self.working.window(user_id, session_id) if session_id else []
+        return self._write_path().process(user_id, turns, as_utc(at) if at else self.clock.now(), session)
 
     def chat(
         self,

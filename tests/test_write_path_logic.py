@@ -18,7 +18,9 @@ from memory_core.models import Role, Turn
 from memory_core.service import MemoryService, open_local_service
 from memory_core.settings import Settings
 from memory_core.write.analyze import beside_forgetting
+from memory_core.write.lanes import WriteLanes
 from memory_core.write.prefilter import substance
+from memory_core.write.writes import UserWrites
 from tests.scripted_engine import ScriptedEngine, facts_json
 
 
@@ -533,6 +535,34 @@ def test_thanks_and_talk_towards_the_listener_are_no_memories(
         "u", "s", [_user("Thanks, Ines! Your tips were gold, though I twisted my ankle on the scree.")]
     )
     assert [f.text for f in outcome.facts] == ["User twisted their ankle on a scree slope"]
+
+
+def test_feelings_for_the_listener_named_earlier_in_the_session_are_no_memories(
+    svc: MemoryService, engine: ScriptedEngine
+) -> None:
+    """Two people chatting name each other once, at the start; later the small model wrote "User is
+    inspired by Ines's patience" from a reply that named nobody. The session's window tells who
+    the listener is, on the direct path and on the queued one; in another session Ines may be
+    anyone and the fact stays."""
+    inspired = ("User is inspired by Ines's patience", "preference", "fact", False)
+    kiln = ("User's new kiln arrived", "event", "fact", False)
+    later = "Honestly your patience inspires me. My new kiln arrived, by the way."
+    engine.script("extract", facts_json(("User is glazing bowls", "event", "fact", False)))
+    svc.ingest("u", "s1", [_user("Hey Ines! I'm glazing bowls all afternoon.")])
+    engine.script("extract", facts_json(inspired, kiln))
+    (direct,) = svc.ingest("u", "s1", [_user(later)])
+    lanes = WriteLanes(svc.settings.write)
+    try:
+        engine.script("extract", facts_json(inspired, kiln))
+        UserWrites(svc, lanes).queue_turns("u", "s1", [_user(later)]).future.result(timeout=60)
+    finally:
+        lanes.close()
+    stored = [f.text for f in svc.list_facts("u")]
+    engine.script("extract", facts_json(inspired, kiln))
+    (elsewhere,) = svc.ingest("u", "s2", [_user(later)])
+    assert [f.text for f in direct.facts] == ["User's new kiln arrived"]
+    assert "User is inspired by Ines's patience" not in stored
+    assert "User is inspired by Ines's patience" in [f.text for f in elsewhere.facts]
 
 
 def test_a_reply_that_agrees_keeps_what_it_agrees_with(svc: MemoryService, engine: ScriptedEngine) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Sequence, Set
 from dataclasses import dataclass
 from typing import Any
 
@@ -195,7 +195,12 @@ class TurnAnalyzer:
         return Verdict(answer == "yes", None)
 
     def extract_beside_forgetting(
-        self, message: str, context: str, forgotten: Sequence[str], terms: Callable[[str], list[str]]
+        self,
+        message: str,
+        context: str,
+        forgotten: Sequence[str],
+        terms: Callable[[str], list[str]],
+        listeners: Set[str] = frozenset(),
     ) -> list[ExtractedFact]:
         """The facts a forget request tells besides the request (``forgotten``: its target and
         the memories it deleted). Asked to extract from the whole message, the small model wrote
@@ -216,7 +221,7 @@ class TurnAnalyzer:
         # when the new one is "0161 555 0199").
         numbers = {term for term in set(terms(asked)) - set(terms(told)) if any(c.isdigit() for c in term)}
         kept = []
-        for fact in self.extract(message, context):
+        for fact in self.extract(message, context, listeners):
             parts = [part.strip() for part in _PART_END.split(fact.text) if part.strip()]
             left = [part for part in parts if not has_forget_cue(part) and not numbers & set(terms(part))]
             if left != parts:
@@ -225,8 +230,9 @@ class TurnAnalyzer:
                 kept.append(fact)
         return kept
 
-    def extract(self, message: str, context: str) -> list[ExtractedFact]:
+    def extract(self, message: str, context: str, listeners: Set[str] = frozenset()) -> list[ExtractedFact]:
         """The facts in ``message``, in its language; invalid output is retried once.
+        ``listeners``: the names the user called the other party by earlier in the session.
 
         Raises:
             LLMOutputError: still invalid after the retry.
@@ -246,7 +252,9 @@ class TurnAnalyzer:
             own |= addressed
         unique: dict[str, ExtractedFact] = {}
         for fact in result.facts:
-            says_nothing = only_names_someone(fact.text, fact.about) or is_courtesy(fact.text, addressed)
+            says_nothing = only_names_someone(fact.text, fact.about) or is_courtesy(
+                fact.text, addressed | listeners
+            )
             if not names_listener_as_user(fact.text, addressed) and not says_nothing:
                 fact.text, about = own_name_as_user(fact.text.strip(), fact.about, own)
                 fact.about = other_person(fact.text, about)

@@ -26,7 +26,7 @@ from memory_core.write.prefilter import sentences
 from memory_core.write.prompts import resolve_messages
 from memory_core.write.quoted import quoted_wish
 from memory_core.write.schemas import RELATIONS, ExtractedFact
-from memory_core.write.speakers import agrees, borrowed_words, echoed, statements
+from memory_core.write.speakers import agrees, borrowed_words, echoed, listener_names, statements
 
 log = logging.getLogger("longmem.write")
 
@@ -86,8 +86,11 @@ class WritePath:
         self._facts = facts
         self.forgetter = forgetter
 
-    def process(self, user_id: str, turns: Sequence[Turn], at: datetime) -> list[TurnOutcome]:
-        """Run the write path over the user turns of ``turns`` (assistant turns give context).
+    def process(
+        self, user_id: str, turns: Sequence[Turn], at: datetime, session: Sequence[Turn] = ()
+    ) -> list[TurnOutcome]:
+        """Run the write path over the user turns of ``turns`` (assistant turns give context;
+        ``session``: the session's other turns, which tell whom the user talks to).
 
         A turn whose LLM calls fail is reported with ``error`` and writes nothing; the other
         turns go on.
@@ -97,6 +100,7 @@ class WritePath:
         """
         outcomes: list[TurnOutcome] = []
         context = ""
+        listeners = frozenset(listener_names([*session, *turns]))
         for turn in turns:
             if turn.role is Role.ASSISTANT:
                 context = turn.content
@@ -104,7 +108,7 @@ class WritePath:
             before = self._llm.stats.snapshot()
             start = time.perf_counter()
             with telemetry.span("longmem.write.turn") as traced:
-                outcome = self._process_turn(user_id, turn, context, turn.at or at)
+                outcome = self._process_turn(user_id, turn, context, turn.at or at, listeners)
                 traced.set_attributes(
                     {
                         "longmem.skipped": outcome.skipped or "",
@@ -122,7 +126,9 @@ class WritePath:
             context = ""
         return outcomes
 
-    def _process_turn(self, user_id: str, turn: Turn, context: str, at: datetime) -> TurnOutcome:
+    def _process_turn(
+        self, user_id: str, turn: Turn, context: str, at: datetime, listeners: frozenset[str]
+    ) -> TurnOutcome:
         outcome = TurnOutcome(turn_id=turn.turn_id)
         try:
             # Forgetting runs first: a turn can drop an old fact and tell its replacement
@@ -140,6 +146,7 @@ class WritePath:
                         context,
                         outcome.forgotten.named(),
                         self._tokenizer.terms,
+                        listeners,
                     )
                     extracting.set_attribute("longmem.extracted", len(extracted))
                 if not extracted:
@@ -153,7 +160,7 @@ class WritePath:
                     outcome.skipped = verdict.skipped.value if verdict.skipped else "judge"
                     return outcome
                 with telemetry.span("extract") as extracting:
-                    extracted = self._analyzer.extract(turn.content, context)
+                    extracted = self._analyzer.extract(turn.content, context, listeners)
                     extracting.set_attribute("longmem.extracted", len(extracted))
             with telemetry.span("resolve"):
                 plan = self._plan(user_id, extracted, at, turn.content, context)

@@ -147,7 +147,9 @@ class UserWrites:
 
     def _accept(self, user_id: str, session_id: str, turns: tuple[Turn, ...], at: datetime) -> Job:
         seq = self.service.facts.accept_turns(user_id, session_id, turns, at)
-        future = self.lanes.submit(user_id, lambda: self._write(user_id, seq, turns, at), bounded=False)
+        future = self.lanes.submit(
+            user_id, lambda: self._write(user_id, session_id, seq, turns, at), bounded=False
+        )
         return self.jobs.track(tenant_of(user_id), user_id, future)
 
     def job(self, tenant: str, job_id: str) -> JobView | None:
@@ -159,7 +161,13 @@ class UserWrites:
         return self.jobs.of_user(tenant, user_id, limit)
 
     def _write(
-        self, user_id: str, seq: int, turns: tuple[Turn, ...], at: datetime, resumed: bool = False
+        self,
+        user_id: str,
+        session_id: str,
+        seq: int,
+        turns: tuple[Turn, ...],
+        at: datetime,
+        resumed: bool = False,
     ) -> list[TurnOutcome]:
         svc = self.service
         if resumed:
@@ -173,7 +181,9 @@ class UserWrites:
                 for t in turns
                 if t.role is Role.ASSISTANT or not written & {t.turn_id, learned_source(t.turn_id)}
             )
-        outcomes = svc.write_turns(user_id, turns, at) if any(t.role is Role.USER for t in turns) else []
+        outcomes = (
+            svc.write_turns(user_id, turns, at, session_id) if any(t.role is Role.USER for t in turns) else []
+        )
         svc.facts.turns_done(user_id, seq)
         return outcomes
 
@@ -188,7 +198,7 @@ class UserWrites:
         for batch in batches:
             self.lanes.submit(
                 batch.user_id,
-                lambda b=batch: self._write(b.user_id, b.seq, b.turns, b.at, resumed=True),  # type: ignore[misc]
+                lambda b=batch: self._write(b.user_id, b.session_id, b.seq, b.turns, b.at, resumed=True),  # type: ignore[misc]
                 bounded=False,
             )
         return len(batches)
