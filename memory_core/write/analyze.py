@@ -232,7 +232,7 @@ class TurnAnalyzer:
 
     def extract(self, message: str, context: str, listeners: Set[str] = frozenset()) -> list[ExtractedFact]:
         """The facts in ``message``, in its language; invalid output is retried once.
-        ``listeners``: the names the user called the other party by earlier in the session.
+        ``listeners``: the names the user called the other party by in the session.
 
         Raises:
             LLMOutputError: still invalid after the retry.
