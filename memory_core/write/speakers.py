@@ -148,8 +148,8 @@ _CAPTION = re.compile(
 # What the user does or feels towards the one they talk to ("User is talking to Ines", "User
 # encourages Ines to keep going", "User is inspired by Ines's courage", "User is looking forward to
 # chatting with Ines"): no news about the user. Towards someone else it may be ("User supports
-# their sister's bakery"). Over a long chat between two people such lines were a tenth of what
-# was stored of each, and a question naming both people ranked them first.
+# their sister's bakery"). A long chat between two people left 10 such lines among its 225
+# memories, and questions naming both people ranked them first.
 _TOWARDS = re.compile(
     r"^User (?:is |was )?(?:talking|chatting|speaking) (?:to|with) (?P<to>the assistant|you|[A-Z]\w*)"
     r"|^User (?:encourages|encouraged|supports|compliments|praises|cheers|cheers on|is grateful to"
