@@ -44,7 +44,7 @@ $(CHROMIUM):
 		(apt-get update && apt-get install -y --no-install-recommends chromium)
 
 test: $(STAMP) $(MEM0_STAMP) $(CHROMIUM)
-	$(BIN)/python -m pytest -q --durations=25
+	$(BIN)/python -m pytest -q --durations=40
 	$(BIN)/ruff check memory_core deployments jobs longmem tests benchmarks peers
 	$(BIN)/mypy memory_core
 
