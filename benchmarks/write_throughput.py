@@ -58,9 +58,9 @@ def _answer(system: str, message: str) -> str:
     return json.dumps({"answer": "no"})
 
 
-def fixed_latency_server(latency_s: float) -> tuple[str, Callable[[], None]]:
-    """An OpenAI-compatible chat completions endpoint on loopback answering after ``latency_s``;
-    returns its ``/v1`` URL and a function that stops it."""
+def fixed_latency_server(latency_s: float, port: int = 0) -> tuple[str, Callable[[], None]]:
+    """An OpenAI-compatible chat completions endpoint on loopback (``port``, or a free one)
+    answering after ``latency_s``; returns its ``/v1`` URL and a function that stops it."""
 
     async def completions(request: Request) -> JSONResponse:
         import asyncio
@@ -75,7 +75,7 @@ def fixed_latency_server(latency_s: float) -> tuple[str, Callable[[], None]]:
         )
 
     app = Starlette(routes=[Route("/v1/chat/completions", completions, methods=["POST"])])
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     while not server.started:

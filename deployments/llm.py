@@ -8,8 +8,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ray import serve
+from ray.exceptions import RayError, RayTaskError
+from ray.serve.exceptions import RayServeException
 from ray.serve.handle import DeploymentHandle
 
+from memory_core.errors import LLMError, LLMUnavailableError
 from memory_core.llm.base import ChatMessage, Completion
 from memory_core.llm.factory import make_engine
 from memory_core.settings import LLMSettings
@@ -58,16 +61,30 @@ class RemoteEngine:
         self._handle = handle
         self.name = name
 
+    def _call(self, method: str, *args: Any) -> Completion:
+        """One call to the deployment. A replica that died, or none to take the call, is the LLM
+        unavailable (a queued write waits for it); the engine's own errors come through as raised.
+
+        Raises:
+            LLMError: the engine's, or LLMUnavailableError for the deployment not answering.
+        """
+        try:
+            return getattr(self._handle, method).remote(*args).result()  # type: ignore[no-any-return]
+        except (LLMError, RayTaskError):  # raised by the engine (a RayTaskError of an LLMError is one)
+            raise
+        except (RayError, RayServeException) as exc:
+            raise LLMUnavailableError(f"the LLM deployment did not answer ({type(exc).__name__})") from None
+
     def complete_json(
         self, messages: Sequence[ChatMessage], schema: dict[str, Any], max_tokens: int
     ) -> Completion:
-        return self._handle.complete_json.remote(list(messages), schema, max_tokens).result()  # type: ignore[no-any-return]
+        return self._call("complete_json", list(messages), schema, max_tokens)
 
     def complete_choice(self, messages: Sequence[ChatMessage], choices: Sequence[str]) -> Completion:
-        return self._handle.complete_choice.remote(list(messages), list(choices)).result()  # type: ignore[no-any-return]
+        return self._call("complete_choice", list(messages), list(choices))
 
     def complete_text(self, messages: Sequence[ChatMessage], max_tokens: int) -> Completion:
-        return self._handle.complete_text.remote(list(messages), max_tokens).result()  # type: ignore[no-any-return]
+        return self._call("complete_text", list(messages), max_tokens)
 
     def close(self) -> None:
         """The deployment owns the model; nothing to release here."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -146,17 +146,24 @@ class MemoryService:
             check_text(turn.content, self.settings.limits.max_text_chars)
 
     def write_turns(
-        self, user_id: str, turns: Sequence[Turn], at: datetime | None = None, session_id: str | None = None
+        self,
+        user_id: str,
+        turns: Sequence[Turn],
+        at: datetime | None = None,
+        session_id: str | None = None,
+        wait_for_llm: Callable[[], bool] | None = None,
     ) -> list[TurnOutcome]:
         """The write path alone (no working-window append): what runs after a chat reply. The
-        session's window (``session_id``) tells whom the user talks to.
+        session's window (``session_id``) tells whom the user talks to; ``wait_for_llm`` is
+        :meth:`WritePath.process`'s (a queued write waits for the LLM instead of losing a turn).
 
         Raises:
-            as for :meth:`ingest`.
+            as for :meth:`ingest`, and LLMUnavailableError when ``wait_for_llm`` gave up.
         """
         self.check_turns(user_id, turns)
         session = self.working.window(user_id, session_id) if session_id else []
-        return self._write_path().process(user_id, turns, as_utc(at) if at else self.clock.now(), session)
+        at = as_utc(at) if at else self.clock.now()
+        return self._write_path().process(user_id, turns, at, session, wait_for_llm)
 
     def chat(
         self,

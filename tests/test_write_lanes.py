@@ -1,7 +1,8 @@
 """Write lanes: one user's writes one at a time in arrival order, different users' at once, a
-bounded queue, and an erase that cancels what was queued before it. Logic tests on writes that
-wait on events (no model); the same lanes run every API write in the suites over the real app,
-and the race they close is shown below over the HTTP API on real shards."""
+bounded queue, and an erase that cancels what was queued before it; a queued write that waits
+for an LLM it cannot reach instead of dropping the turn. Logic tests on writes that wait on
+events (no model); the same lanes run every API write in the suites over the real app, and the
+race they close and the wait for the LLM are shown below over the HTTP API on real shards."""
 
 from __future__ import annotations
 
@@ -9,18 +10,29 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import CancelledError, Future
+from types import SimpleNamespace
 
 import pytest
 from fastapi.testclient import TestClient
+from ray.exceptions import ActorDiedError
+from ray.serve.exceptions import DeploymentID, DeploymentUnavailableError
 
+from benchmarks.write_throughput import fixed_latency_server
+from deployments.llm import RemoteEngine
 from memory_core.clock import ManualClock
 from memory_core.embedding import Embedder
-from memory_core.errors import WriteQueueFullError
+from memory_core.errors import LLMOutputError, LLMUnavailableError, WriteQueueFullError
+from memory_core.llm.base import Completion
+from memory_core.llm.openai_engine import OpenAIEngine
+from memory_core.models import Role, Turn
 from memory_core.service import open_local_service
 from memory_core.settings import ServeSettings, Settings, WriteSettings
+from memory_core.write import writes
 from memory_core.write.lanes import WriteLanes
+from memory_core.write.writes import UserWrites
 from tests.asgi_app import local_api
 from tests.scripted_engine import ScriptedEngine, facts_json
+from tests.serve_app import free_port
 
 
 @pytest.fixture
@@ -232,3 +244,139 @@ def test_a_full_queue_answers_429_with_retry_after_and_loses_nothing_it_accepted
         for n, _ in refused:  # refused: nothing stored, not even in the working window
             assert client.get(f"/v1/users/gus{n}/memories").json()["memories"] == []
     service.close()
+
+
+def _unreachable(_message: str) -> str:
+    raise LLMUnavailableError("cannot reach the test's LLM")
+
+
+@pytest.fixture
+def quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(writes, "LLM_RETRY_S", (0.05,))
+
+
+def test_a_queued_turn_waits_for_an_llm_that_cannot_be_reached_and_is_written_once_it_answers(
+    settings: Settings, clock: ManualClock, embedder: Embedder, quick_retries: None
+) -> None:
+    """A turn answered "accepted" was dropped when the LLM could not be reached for it (a
+    server closing a kept-alive connection under the cluster-kill test): the batch was marked
+    written with the error in its outcome."""
+    engine = ScriptedEngine()
+    engine.script("judge", _unreachable, _unreachable, "yes", "yes")
+    engine.script("extract", _unreachable, facts_json(("User grows chillies", "identity", "fact", False)))
+    engine.defaults["extract"] = facts_json(("User keeps bees", "identity", "fact", False))
+    service = open_local_service(settings, clock, embedder, engine)
+    lanes = WriteLanes(settings.write)
+    queued = UserWrites(service, lanes)
+    turns = [Turn(role=Role.USER, content="I grow chillies"), Turn(role=Role.USER, content="I keep bees")]
+    outcomes = queued.queue_turns("acme:ivy", "s", turns).future.result(timeout=30)
+    assert [o.error for o in outcomes] == [None, None]
+    assert sorted(f.text for f in service.list_facts("acme:ivy")) == [
+        "User grows chillies",
+        "User keeps bees",
+    ]
+    assert engine.calls[:6] == [
+        "judge",
+        "judge",
+        "judge",
+        "extract",
+        "judge",
+        "extract",
+    ]  # the first turn, tried again
+    assert service.facts.pending_turns() == []
+    lanes.close()
+    service.close()
+
+
+def test_a_write_waiting_for_the_llm_gives_way_to_an_erase_and_to_a_stop_and_loses_nothing(
+    settings: Settings, clock: ManualClock, embedder: Embedder, quick_retries: None
+) -> None:
+    engine = ScriptedEngine()
+    engine.defaults["judge"] = _unreachable
+    service = open_local_service(settings, clock, embedder, engine)
+    lanes = WriteLanes(settings.write)
+    queued = UserWrites(service, lanes)
+    said = [Turn(role=Role.USER, content="I sail a dinghy")]
+    erased_job = queued.queue_turns("acme:ned", "s", said)
+    kept_job = queued.queue_turns("acme:ola", "s", said)
+    deadline = time.monotonic() + 30
+    while engine.calls.count("judge") < 4:  # both writes are waiting, each tried twice
+        assert time.monotonic() < deadline, "the writes did not try the LLM again"
+        time.sleep(0.01)
+    queued.erase("acme:ned")
+    with pytest.raises(LLMUnavailableError, match="stay accepted"):
+        erased_job.future.result(timeout=10)
+    lanes.close(wait=True)  # the writer stops while the LLM is still down
+    with pytest.raises(LLMUnavailableError, match="stay accepted"):
+        kept_job.future.result(timeout=10)
+    assert [b.user_id for b in service.facts.pending_turns()] == ["acme:ola"]
+
+    engine.defaults["judge"] = "yes"  # the next start, with the LLM back
+    engine.defaults["extract"] = facts_json(("User sails a dinghy", "identity", "fact", False))
+    lanes = WriteLanes(settings.write)
+    assert UserWrites(service, lanes).resume() == 1
+    lanes.close(wait=True)
+    assert [f.text for f in service.list_facts("acme:ola")] == ["User sails a dinghy"]
+    assert service.list_facts("acme:ned") == [] and service.facts.pending_turns() == []
+    service.close()
+
+
+def test_an_accepted_turn_is_written_when_the_llm_server_comes_up(
+    settings: Settings, clock: ManualClock, embedder: Embedder, quick_retries: None
+) -> None:
+    """Over HTTP, with the OpenAI engine against a real server that is not listening yet."""
+    port = free_port()
+    engine = OpenAIEngine(f"http://127.0.0.1:{port}/v1", "fixed-latency", timeout_s=5)
+    settings.serve = ServeSettings(local_only=True)
+    service = open_local_service(settings, clock, embedder, engine)
+    body = {"wait": False, "turns": [{"role": "user", "content": "I restore old radios"}]}
+    with TestClient(local_api(service)) as client:
+        answer = client.post("/v1/users/pam/turns", json=body)
+        assert answer.status_code == 202, answer.text
+        job_id = answer.json()["job_id"]
+        time.sleep(0.5)
+        assert client.get(f"/v1/jobs/{job_id}").json()["status"] == "running"  # waiting for the LLM
+        _, stop_llm = fixed_latency_server(0.01, port)
+        try:
+            deadline = time.monotonic() + 60
+            while (job := client.get(f"/v1/jobs/{job_id}").json())["status"] == "running":
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+        finally:
+            stop_llm()
+        assert job["status"] == "done" and job["results"][0]["error"] is None, job
+        [memory] = client.get("/v1/users/pam/memories").json()["memories"]
+        assert "I restore old radios" in memory["text"]
+    service.close()
+
+
+class _Call:
+    def __init__(self, error: Exception) -> None:
+        self._error = error
+
+    def remote(self, *_args: object) -> _Call:
+        return self
+
+    def result(self) -> Completion:
+        raise self._error
+
+
+def test_the_llm_deployment_not_answering_is_the_llm_unavailable() -> None:
+    """Under Serve the write path reaches the LLM through a deployment handle: a replica that
+    died or none to take the call must be waited for like an unreachable server; the engine's own
+    errors come through unchanged."""
+
+    def engine(error: Exception) -> RemoteEngine:
+        handle = SimpleNamespace(
+            complete_json=_Call(error), complete_choice=_Call(error), complete_text=_Call(error)
+        )
+        return RemoteEngine(handle, "llm")  # type: ignore[arg-type]
+
+    for outage in (ActorDiedError(), DeploymentUnavailableError(DeploymentID("llm", "longmem"))):
+        with pytest.raises(LLMUnavailableError, match=type(outage).__name__):
+            engine(outage).complete_choice([], ["yes", "no"])
+    bad_output = LLMOutputError("extraction", "no JSON")
+    with pytest.raises(LLMOutputError):
+        engine(bad_output).complete_json([], {}, 10)
+    with pytest.raises(ZeroDivisionError):  # a defect, not an outage: never waited for
+        engine(ZeroDivisionError()).complete_text([], 10)

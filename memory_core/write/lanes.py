@@ -39,6 +39,7 @@ class WriteLanes:
         self._lanes: dict[str, deque[_Item]] = {}
         self._ready: OrderedDict[str, None] = OrderedDict()  # users with work and no write running
         self._running: set[str] = set()
+        self._erasing: set[str] = set()  # users an erase waits for (their running write stops waiting)
         self._queued = 0
         self._completed = 0
         self._closed = False
@@ -109,9 +110,26 @@ class WriteLanes:
             dropped = self._lanes.pop(user_id, deque())
             self._queued -= len(dropped)
             self._ready.pop(user_id, None)
+            self._erasing.add(user_id)
+            self._cond.notify_all()  # a running write waiting in :meth:`pause` gives up
         for item in dropped:
             item.future.cancel()
-        return len(dropped), self.run(user_id, work)
+        try:
+            return len(dropped), self.run(user_id, work)
+        finally:
+            with self._cond:
+                self._erasing.discard(user_id)
+
+    def pause(self, user_id: str, seconds: float) -> bool:
+        """Wait ``seconds`` in ``user_id``'s running write (one that waits for the LLM), its lane
+        held so that the user's later writes stay behind it.
+
+        Returns:
+            False, at once, when the write must give up instead: the user is being erased, or
+            the lanes are closing (the write is left for the next start).
+        """
+        with self._cond:
+            return not self._cond.wait_for(lambda: self._closed or user_id in self._erasing, seconds)
 
     def _work(self) -> None:
         while True:
@@ -161,7 +179,8 @@ class WriteLanes:
         return time.monotonic() - min(heads) if heads else 0.0
 
     def close(self, wait: bool = True) -> None:
-        """Refuse new writes; with ``wait``, finish the queued ones first."""
+        """Refuse new writes; with ``wait``, finish the queued ones first (a write waiting for
+        the LLM gives up, see :meth:`pause`)."""
         with self._cond:
             self._closed = True
             if not wait:

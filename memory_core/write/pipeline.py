@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -13,7 +13,7 @@ import numpy as np
 from memory_core import telemetry
 from memory_core.dates import Period, find_times, resolve_times
 from memory_core.embedding import Embedder
-from memory_core.errors import LLMError, NotFoundError, ProfileFullError
+from memory_core.errors import LLMError, LLMUnavailableError, NotFoundError, ProfileFullError
 from memory_core.llm.structured import StructuredLLM
 from memory_core.models import Fact, Layer, NewFact, Role, Tag, Turn
 from memory_core.settings import Settings
@@ -87,16 +87,24 @@ class WritePath:
         self.forgetter = forgetter
 
     def process(
-        self, user_id: str, turns: Sequence[Turn], at: datetime, session: Sequence[Turn] = ()
+        self,
+        user_id: str,
+        turns: Sequence[Turn],
+        at: datetime,
+        session: Sequence[Turn] = (),
+        wait_for_llm: Callable[[], bool] | None = None,
     ) -> list[TurnOutcome]:
         """Run the write path over the user turns of ``turns`` (assistant turns give context;
         ``session``: the session's other turns, which tell whom the user talks to).
 
         A turn whose LLM calls fail is reported with ``error`` and writes nothing; the other
-        turns go on.
+        turns go on. With ``wait_for_llm``, a turn the LLM could not be reached for is not given
+        up: ``wait_for_llm`` waits and says whether to try that turn again (True) or stop (False).
 
         Raises:
             StorageError: a write was not made durable (earlier turns' writes stand).
+            LLMUnavailableError: ``wait_for_llm`` said stop; the turns from the one that could
+                not be written on are not written (earlier turns' writes stand).
         """
         outcomes: list[TurnOutcome] = []
         context = ""
@@ -108,7 +116,9 @@ class WritePath:
             before = self._llm.stats.snapshot()
             start = time.perf_counter()
             with telemetry.span("longmem.write.turn") as traced:
-                outcome = self._process_turn(user_id, turn, context, turn.at or at, listeners)
+                outcome = self._turn_when_llm_answers(
+                    user_id, turn, context, turn.at or at, listeners, wait_for_llm
+                )
                 traced.set_attributes(
                     {
                         "longmem.skipped": outcome.skipped or "",
@@ -126,8 +136,34 @@ class WritePath:
             context = ""
         return outcomes
 
+    def _turn_when_llm_answers(
+        self,
+        user_id: str,
+        turn: Turn,
+        context: str,
+        at: datetime,
+        listeners: frozenset[str],
+        wait_for_llm: Callable[[], bool] | None,
+    ) -> TurnOutcome:
+        """:meth:`_process_turn`, tried again after ``wait_for_llm`` while the LLM cannot be
+        reached (without it, such a turn is reported with ``error``)."""
+        if wait_for_llm is None:
+            return self._process_turn(user_id, turn, context, at, listeners)
+        while True:
+            try:
+                return self._process_turn(user_id, turn, context, at, listeners, raise_unavailable=True)
+            except LLMUnavailableError:
+                if not wait_for_llm():
+                    raise
+
     def _process_turn(
-        self, user_id: str, turn: Turn, context: str, at: datetime, listeners: frozenset[str]
+        self,
+        user_id: str,
+        turn: Turn,
+        context: str,
+        at: datetime,
+        listeners: frozenset[str],
+        raise_unavailable: bool = False,
     ) -> TurnOutcome:
         outcome = TurnOutcome(turn_id=turn.turn_id)
         try:
@@ -165,6 +201,8 @@ class WritePath:
             with telemetry.span("resolve"):
                 plan = self._plan(user_id, extracted, at, turn.content, context)
         except LLMError as exc:
+            if raise_unavailable and isinstance(exc, LLMUnavailableError):
+                raise
             # The class only: no user id, turn id or message (which may quote the turn) in logs;
             # the caller gets the whole error in the outcome.
             log.warning("a turn was not written: %s", type(exc).__name__)

@@ -9,11 +9,13 @@ which holds one of these.
 
 from __future__ import annotations
 
+import logging
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Protocol
 
+from memory_core.errors import LLMUnavailableError
 from memory_core.models import Fact, ProfileEntry, Role, Turn
 from memory_core.service import EraseReceipt, MemoryService, Remember
 from memory_core.store.inbox import PendingTurns
@@ -23,6 +25,12 @@ from memory_core.write.forget import ForgetResult
 from memory_core.write.jobs import Job, JobQueue, JobView
 from memory_core.write.lanes import WriteLanes
 from memory_core.write.pipeline import TurnOutcome
+
+log = logging.getLogger("longmem.write")
+
+# Seconds a queued write waits before trying a turn again while the LLM cannot be reached: an
+# accepted turn is written once it answers, never dropped.
+LLM_RETRY_S = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 
 
 class Writes(Protocol):
@@ -181,11 +189,35 @@ class UserWrites:
                 for t in turns
                 if t.role is Role.ASSISTANT or not written & {t.turn_id, learned_source(t.turn_id)}
             )
-        outcomes = (
-            svc.write_turns(user_id, turns, at, session_id) if any(t.role is Role.USER for t in turns) else []
-        )
+        try:
+            outcomes = (
+                svc.write_turns(user_id, turns, at, session_id, self._llm_waiter(user_id))
+                if any(t.role is Role.USER for t in turns)
+                else []
+            )
+        except LLMUnavailableError as exc:
+            # Not done: the batch stays in the inbox, and the next start writes it (an erase
+            # takes it with the user).
+            raise LLMUnavailableError(
+                f"stopped waiting for the LLM ({exc}); the turns stay accepted"
+            ) from None
         svc.facts.turns_done(user_id, seq)
         return outcomes
+
+    def _llm_waiter(self, user_id: str) -> Callable[[], bool]:
+        """For one batch: waits a little longer each time the LLM could not be reached (up to
+        the last of :data:`LLM_RETRY_S`); False when the write must give up (an erase of the user,
+        or the writer stopping: the batch stays on disk for the next start)."""
+        tries = 0
+
+        def wait() -> bool:
+            nonlocal tries
+            delay = LLM_RETRY_S[min(tries, len(LLM_RETRY_S) - 1)]
+            tries += 1
+            log.warning("the LLM could not be reached; a queued write tries again in %.1f s", delay)
+            return self.lanes.pause(user_id, delay)
+
+        return wait
 
     def resume(self, batches: Sequence[PendingTurns] | None = None) -> int:
         """Queue the write of the batches accepted and not written when the last process stopped
