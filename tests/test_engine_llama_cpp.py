@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
+import numpy as np
 import pytest
+from llama_cpp import Llama
 
 from memory_core.llm.base import ChatMessage, LLMEngine
 from memory_core.llm.llama_cpp_engine import LlamaCppEngine, choice_grammar
@@ -45,3 +48,56 @@ def test_prompt_state_cache_stays_within_its_limit_and_restores_exactly() -> Non
         assert eng.cached_bytes <= limit
     finally:
         eng.close()
+
+
+def test_warmed_beginnings_are_evaluated_once_per_machine_and_change_no_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The write path's prompts begin with a long system prompt and examples; each engine
+    evaluated them again on its first calls (on 2 cores ~40 s per thousand tokens, paid by every
+    process that loads the model). Warmed beginnings are kept on disk and read back."""
+    beginning = [
+        ChatMessage(role="system", content="You answer questions about animals in one short sentence. " * 20),
+        ChatMessage(role="user", content="What do owls eat?"),
+        ChatMessage(role="assistant", content="Owls eat mice."),
+    ]
+    asks = [
+        [*beginning, ChatMessage(role="user", content=f"What do {animal} eat?")]
+        for animal in ("cats", "goats")
+    ]
+    cold = LlamaCppEngine(smollm2_path(), n_ctx=2048)
+    expected = [cold.complete_text(m, max_tokens=12).text for m in asks]
+    cold.close()
+
+    evaluated: list[int] = []
+    eval_tokens = Llama.eval
+    monkeypatch.setattr(
+        Llama, "eval", lambda self, tokens: (evaluated.append(len(tokens)), eval_tokens(self, tokens))[1]
+    )
+    first = LlamaCppEngine(smollm2_path(), n_ctx=2048, warm=[beginning], state_dir=tmp_path)
+    assert [first.complete_text(m, max_tokens=12).text for m in asks] == expected
+    first.close()
+    warmed_once = sum(evaluated)
+    [kept] = list(tmp_path.rglob("*.npz"))
+    with np.load(kept) as state:  # the beginning and the fixed warm-up message: no one's question
+        tokens = state["input_ids"][: int(state["n_tokens"])].tolist()
+    text = Llama.detokenize(first._llm, tokens).decode()
+    assert "Owls eat mice" in text and "cats" not in text and "goats" not in text
+
+    evaluated.clear()
+    second = LlamaCppEngine(smollm2_path(), n_ctx=2048, warm=[beginning], state_dir=tmp_path)
+    assert [second.complete_text(m, max_tokens=12).text for m in asks] == expected
+    read_back = sum(evaluated)  # each call evaluated its own question (and its answer) only
+    assert read_back < warmed_once - len(tokens) + 30, (read_back, warmed_once, len(tokens))
+    second.close()
+
+    kept.write_bytes(kept.read_bytes()[:1000])  # damaged: evaluated again and kept whole
+    evaluated.clear()
+    third = LlamaCppEngine(smollm2_path(), n_ctx=2048, warm=[beginning], state_dir=tmp_path)
+    assert [third.complete_text(m, max_tokens=12).text for m in asks] == expected
+    assert sum(evaluated) == warmed_once and kept.stat().st_size > 1000
+    third.close()
+    other = LlamaCppEngine(smollm2_path(), n_ctx=1024, warm=[beginning], state_dir=tmp_path)
+    other.complete_text(asks[0], max_tokens=4)
+    other.close()
+    assert len(list(tmp_path.rglob("*.npz"))) == 2  # another context size: another folder

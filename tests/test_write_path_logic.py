@@ -17,6 +17,7 @@ from memory_core.llm.structured import StructuredLLM
 from memory_core.models import Role, Turn
 from memory_core.service import MemoryService, open_local_service
 from memory_core.settings import Settings
+from memory_core.write import prompts
 from memory_core.write.analyze import beside_forgetting
 from memory_core.write.lanes import WriteLanes
 from memory_core.write.prefilter import substance
@@ -671,3 +672,24 @@ def test_a_profile_item_that_is_no_wish_about_replies_is_a_fact(
     svc.ingest("u", "s", [_user("以后都用中文回答我。")])
     assert [f.text for f in outcome.facts] == ["User is passionate about community gardens"]
     assert sorted(e.text for e in svc.profile("u")) == ["User wants short answers", "用户希望回答用中文"]
+
+
+def test_every_write_path_prompt_begins_with_a_beginning_the_engine_keeps() -> None:
+    """The llama.cpp engine keeps the evaluated state of ``fixed_beginnings`` on disk; a prompt
+    that began otherwise (a shot moved into the last message, a language's order missed) would
+    silently pay the whole system prompt again in every process."""
+    kept = prompts.fixed_beginnings()
+    made = [
+        make(said)
+        for said in ("I moved to Leeds last spring", "我上个月搬到了大连", "Forget my old phone number")
+        for make in (
+            prompts.judge_messages,
+            lambda m: prompts.extract_messages(m, "What's new?"),
+            lambda m: prompts.resolve_messages("User lives in York", m),
+            prompts.forget_intent_messages,
+            prompts.forget_target_messages,
+            lambda m: prompts.forget_match_messages(m, "User's phone number is 0161 555 0100"),
+        )
+    ]
+    assert all(messages[:-1] in kept for messages in made)
+    assert not any(said in str(kept) for said in ("Leeds", "大连", "York", "0161"))

@@ -46,6 +46,13 @@ def make_engine(settings: LLMSettings) -> LLMEngine:
         )
         return VLLMEngine(model_dir)
     from memory_core.llm.llama_cpp_engine import LlamaCppEngine
+    from memory_core.write.prompts import fixed_beginnings
 
     model_file = settings.model_path or resolve(settings.model, settings.models_dir)
-    return LlamaCppEngine(model_file, n_ctx=settings.context_tokens, threads=settings.threads)
+    return LlamaCppEngine(
+        model_file,
+        n_ctx=settings.context_tokens,
+        threads=settings.threads,
+        warm=fixed_beginnings(),
+        state_dir=settings.models_dir / "prompt-states",
+    )

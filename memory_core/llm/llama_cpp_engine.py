@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
+import os
 import threading
+import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from memory_core.errors import LLMUnavailableError
 from memory_core.llm.base import ChatMessage, Completion
+
+log = logging.getLogger("longmem.llm")
+
+# What a warmed beginning is followed by when it is evaluated: a fixed message, no user's text.
+_WARM_MESSAGE = "-"
 
 
 def choice_grammar(choices: Sequence[str]) -> str:
@@ -43,13 +54,63 @@ def prefix_cache(capacity_bytes: int) -> Any:
     return PrefixCache(capacity_bytes=capacity_bytes)
 
 
+def _read_state(path: Path) -> Any:
+    from llama_cpp import LlamaState
+
+    with np.load(path, allow_pickle=False) as saved:
+        data = saved["llama_state"]
+        return LlamaState(
+            saved["input_ids"],
+            saved["scores"],
+            int(saved["n_tokens"]),
+            data.tobytes(),
+            data.size,
+            int(saved["seed"]),
+        )
+
+
+def _write_state(path: Path, state: Any) -> None:
+    """Write ``state`` whole or not at all (another process may write the same file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    part = path.with_name(f"{path.stem}.{os.getpid()}.{threading.get_ident()}.part.npz")
+    np.savez(
+        part,
+        input_ids=state.input_ids,
+        scores=state.scores[:1],
+        n_tokens=state.n_tokens,
+        llama_state=np.frombuffer(state.llama_state, dtype=np.uint8),
+        seed=state.seed,
+    )
+    os.replace(part, path)
+
+
+def _digest(messages: Sequence[ChatMessage]) -> str:
+    text = json.dumps([m.model_dump() for m in messages], ensure_ascii=False)
+    return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
+
+
 class LlamaCppEngine:
     """One GGUF model in this process. Calls are serialized (llama.cpp contexts are not thread-safe)."""
 
     def __init__(
-        self, model_path: Path, n_ctx: int = 4096, threads: int = 2, cache_bytes: int = 1 << 30
+        self,
+        model_path: Path,
+        n_ctx: int = 4096,
+        threads: int = 2,
+        cache_bytes: int = 1 << 30,
+        warm: Sequence[Sequence[ChatMessage]] = (),
+        state_dir: Path | None = None,
     ) -> None:
         """Load ``model_path``.
+
+        Args:
+            warm: beginnings of prompts that many calls share (a system prompt and its examples;
+                never anything a user said). On the first call that starts with one, its state
+                is read from ``state_dir`` or evaluated (and kept there), and put in the prompt
+                cache.
+            state_dir: where those states are kept for the next engine of the same model, so
+                that a beginning is evaluated once per machine, not once per process: on 2 cores
+                ~40 s for each thousand tokens.
 
         Raises:
             LLMUnavailableError: llama-cpp-python is missing or the model cannot be loaded.
@@ -72,9 +133,57 @@ class LlamaCppEngine:
         self._grammars: dict[str, Any] = {}
         self._lock = threading.Lock()
         self.name = f"llama.cpp:{model_path.name}"
+        folder = state_dir / self._model_key(model_path, n_ctx) if state_dir else None
+        # Beginnings no call has started with yet, by digest, with the path their state is kept at.
+        self._unwarmed: dict[str, tuple[list[ChatMessage], Path | None]] = {
+            _digest(beginning): (list(beginning), folder / f"{_digest(beginning)}.npz" if folder else None)
+            for beginning in warm
+        }
+
+    @staticmethod
+    def _model_key(model_path: Path, n_ctx: int) -> str:
+        """A folder name that changes with the model file, the context size and llama.cpp's version."""
+        import llama_cpp
+
+        stat = model_path.stat()
+        what = f"{model_path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{n_ctx}|{llama_cpp.__version__}"
+        return f"{model_path.stem}-{hashlib.blake2b(what.encode(), digest_size=8).hexdigest()}"
+
+    def _read(self, path: Path | None) -> bool:
+        """Put the state kept at ``path`` in the prompt cache; False (and the file removed) when
+        there is none or it cannot be read or restored. Under the lock."""
+        if path is None or not path.exists():
+            return False
+        try:
+            state = _read_state(path)
+            self._llm.load_state(state)  # refused here rather than in a later call
+        except (OSError, ValueError, KeyError, EOFError, RuntimeError, zipfile.BadZipFile) as exc:
+            log.warning("a kept prompt state was unusable (%s); it is evaluated again", type(exc).__name__)
+            path.unlink(missing_ok=True)
+            return False
+        self._cache[state.input_ids[: state.n_tokens].tolist()] = state
+        return True
+
+    def _warm(self, beginning: list[ChatMessage], path: Path | None) -> None:
+        """Evaluate ``beginning`` followed by a fixed message (so the cache holds its state, and
+        no user's text goes to ``path``), and keep the state at ``path``. Under the lock."""
+        self._llm.create_chat_completion(
+            messages=[m.model_dump() for m in [*beginning, ChatMessage(role="user", content=_WARM_MESSAGE)]],  # type: ignore[misc]
+            temperature=0.0,
+            max_tokens=1,
+        )
+        if path is not None:
+            try:
+                _write_state(path, self._llm.save_state())
+            except OSError as exc:  # a cache: the engine works without it
+                log.warning("a prompt state was not kept (%s)", type(exc).__name__)
 
     def _chat(self, messages: Sequence[ChatMessage], max_tokens: int, **kwargs: Any) -> Completion:
         with self._lock:
+            if self._unwarmed:
+                unwarmed = self._unwarmed.pop(_digest(messages[:-1]), None)
+                if unwarmed is not None and not self._read(unwarmed[1]):
+                    self._warm(*unwarmed)
             out: Any = self._llm.create_chat_completion(
                 messages=[m.model_dump() for m in messages],  # type: ignore[misc]
                 temperature=0.0,

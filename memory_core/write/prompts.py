@@ -379,3 +379,22 @@ def forget_match_messages(target: str, memory: str) -> list[ChatMessage]:
     """Prompt asking whether one stored memory falls under a forget request."""
     shots = [(f"Forget: {_quote(t)}\nMemory: {_quote(m)}", answer) for (t, m), answer in FORGET_MATCH_SHOTS]
     return _shots(FORGET_MATCH_SYSTEM, shots, f"Forget: {_quote(target)}\nMemory: {_quote(memory)}")
+
+
+def fixed_beginnings() -> list[list[ChatMessage]]:
+    """Every write-path prompt up to the message it is about (system prompt and examples, in
+    either language's order): the same for every call of its kind, so an engine can evaluate
+    them once (see ``LlamaCppEngine``'s ``warm``)."""
+    prompts = [
+        maker(final)
+        for final in ("-", "中")
+        for maker in (
+            judge_messages,
+            lambda m: extract_messages(m, ""),
+            lambda m: resolve_messages(m, m),
+            forget_intent_messages,
+            forget_target_messages,
+            lambda m: forget_match_messages(m, m),
+        )
+    ]
+    return [messages[:-1] for messages in prompts]
