@@ -116,9 +116,15 @@ class WritePath:
             before = self._llm.stats.snapshot()
             start = time.perf_counter()
             with telemetry.span("longmem.write.turn") as traced:
-                outcome = self._turn_when_llm_answers(
-                    user_id, turn, context, turn.at or at, listeners, wait_for_llm
-                )
+                while True:
+                    try:
+                        outcome = self._process_turn(
+                            user_id, turn, context, turn.at or at, listeners, wait_for_llm is not None
+                        )
+                        break
+                    except LLMUnavailableError:  # raised only with wait_for_llm: try the turn again
+                        if wait_for_llm is None or not wait_for_llm():
+                            raise
                 traced.set_attributes(
                     {
                         "longmem.skipped": outcome.skipped or "",
@@ -136,26 +142,6 @@ class WritePath:
             context = ""
         return outcomes
 
-    def _turn_when_llm_answers(
-        self,
-        user_id: str,
-        turn: Turn,
-        context: str,
-        at: datetime,
-        listeners: frozenset[str],
-        wait_for_llm: Callable[[], bool] | None,
-    ) -> TurnOutcome:
-        """:meth:`_process_turn`, tried again after ``wait_for_llm`` while the LLM cannot be
-        reached (without it, such a turn is reported with ``error``)."""
-        if wait_for_llm is None:
-            return self._process_turn(user_id, turn, context, at, listeners)
-        while True:
-            try:
-                return self._process_turn(user_id, turn, context, at, listeners, raise_unavailable=True)
-            except LLMUnavailableError:
-                if not wait_for_llm():
-                    raise
-
     def _process_turn(
         self,
         user_id: str,
@@ -165,6 +151,8 @@ class WritePath:
         listeners: frozenset[str],
         raise_unavailable: bool = False,
     ) -> TurnOutcome:
+        """One user turn through the write path; an LLM failure is reported in the outcome, but
+        with ``raise_unavailable`` the LLM not being reached is raised."""
         outcome = TurnOutcome(turn_id=turn.turn_id)
         try:
             # Forgetting runs first: a turn can drop an old fact and tell its replacement
