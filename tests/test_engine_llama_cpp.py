@@ -101,3 +101,10 @@ def test_warmed_beginnings_are_evaluated_once_per_machine_and_change_no_answer(
     other.complete_text(asks[0], max_tokens=4)
     other.close()
     assert len(list(tmp_path.rglob("*.npz"))) == 2  # another context size: another folder
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("")
+    unkept = LlamaCppEngine(smollm2_path(), n_ctx=2048, warm=[beginning], state_dir=blocked)
+    assert (
+        unkept.complete_text(asks[1], max_tokens=12).text == expected[1]
+    )  # nowhere to keep it: answers still
+    unkept.close()

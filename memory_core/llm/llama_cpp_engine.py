@@ -73,15 +73,19 @@ def _write_state(path: Path, state: Any) -> None:
     """Write ``state`` whole or not at all (another process may write the same file)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     part = path.with_name(f"{path.stem}.{os.getpid()}.{threading.get_ident()}.part.npz")
-    np.savez(
-        part,
-        input_ids=state.input_ids,
-        scores=state.scores[:1],
-        n_tokens=state.n_tokens,
-        llama_state=np.frombuffer(state.llama_state, dtype=np.uint8),
-        seed=state.seed,
-    )
-    os.replace(part, path)
+    try:
+        np.savez(
+            part,
+            input_ids=state.input_ids,
+            scores=state.scores[:1],
+            n_tokens=state.n_tokens,
+            llama_state=np.frombuffer(state.llama_state, dtype=np.uint8),
+            seed=state.seed,
+        )
+        os.replace(part, path)
+    except OSError:
+        part.unlink(missing_ok=True)
+        raise
 
 
 def _digest(messages: Sequence[ChatMessage]) -> str:
