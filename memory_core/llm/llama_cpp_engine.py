@@ -139,10 +139,10 @@ class LlamaCppEngine:
         self.name = f"llama.cpp:{model_path.name}"
         folder = state_dir / self._model_key(model_path, n_ctx) if state_dir else None
         # Beginnings no call has started with yet, by digest, with the path their state is kept at.
-        self._unwarmed: dict[str, tuple[list[ChatMessage], Path | None]] = {
-            _digest(beginning): (list(beginning), folder / f"{_digest(beginning)}.npz" if folder else None)
-            for beginning in warm
-        }
+        self._unwarmed: dict[str, tuple[list[ChatMessage], Path | None]] = {}
+        for beginning in warm:
+            key = _digest(beginning)
+            self._unwarmed[key] = (list(beginning), folder / f"{key}.npz" if folder else None)
 
     @staticmethod
     def _model_key(model_path: Path, n_ctx: int) -> str:
