@@ -32,7 +32,9 @@ SYSTEM_RULES = (
 )
 
 
-_EN_SUBJECT = re.compile(r"^User(?:'s\b|\s+(\w+))")
+# An adverb may stand between the subject and its verb: "User never wants ..." -> "You never want ...".
+_EN_ADVERB = r"(?:never|always|also|still|often|usually|sometimes|rarely|really|only|just|no longer)"
+_EN_SUBJECT = re.compile(rf"^User(?:'s\b|\s+((?:{_EN_ADVERB}\s+)*)(\w+))")
 _EN_IRREGULAR = {
     "is": "are",
     "was": "were",
@@ -64,9 +66,9 @@ def second_person(text: str) -> str:
     match = _EN_SUBJECT.match(text)
     if match is None:
         return text
-    if match.group(1) is None:
+    if match.group(2) is None:
         return "Your" + text[match.end() :]
-    return f"You {_you_verb(match.group(1))}" + text[match.end() :]
+    return f"You {match.group(1)}{_you_verb(match.group(2))}" + text[match.end() :]
 
 
 def quote(text: str) -> str:
