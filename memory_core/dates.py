@@ -6,11 +6,13 @@ a phrase into the calendar date or period it meant ("on 8 May 2023", "2023年4�
 period as the fact's event time; recall reads a period out of a question the same way
 ("what did I do last week", "去年").
 
-Only phrases that name a period by themselves are resolved. A bare weekday ("on Friday") or a
-vague "recently" stays as said: guessing its date would store something the user never meant. A
-month named without a year ("in June", "六月") is the last June for what happened ("went", "了")
-and the next one otherwise ("will", "starts in June", "六月考"); a month that comes back every
-year ("birthday in June") stays as said.
+Only phrases that name a period are resolved; a vague "recently" stays as said. A month named
+without a year ("in June", "六月") is the last June for what happened ("went", "了") and the next
+one otherwise ("will", "starts in June", "六月考"); a month that comes back every year ("birthday
+in June") stays as said. A bare weekday ("on Friday", "周五") is the last such day for what
+happened and the next one for a plan ("will", "is flying out", "要"); told in the present
+("works on Saturday") or as a habit ("every", "usually", "每") it names no one day and stays as
+said: guessing its date would store something the user never meant.
 """
 
 from __future__ import annotations
@@ -156,8 +158,39 @@ _YEARLY = re.compile(
 )
 
 
+# "is excited", "feels tired": a state, not a past form.
+_STATE_ED = re.compile(
+    r"\b(?:is|are|am|'s|'re|'m|feels?|seems?|looks?|gets?|getting|be|being)\s+"
+    r"(?:so |very |really )?\w{3,}ed\b",
+    re.IGNORECASE,
+)
+# A plan told in the present progressive: "User is flying to Oslo on Friday".
+_PROGRESSIVE = re.compile(
+    r"\b(?:is|are|am|'s|'re|'m)\s+(?:(?:i|you|we|they|he|she) )?(?:\w+ly )?\w{2,}ing\b", re.IGNORECASE
+)
+# A weekday that comes back every week ("every Friday", "usually on Sunday", "每周五").
+_WEEKLY = re.compile(
+    r"\b(?:every|each|usually|always|often|normally|typically|weekly|sometimes)\b|每|通常|总是|经常|一般",
+    re.IGNORECASE,
+)
+
+
 def _in_past(text: str) -> bool:
-    return bool(_SINCE.search(text)) or (not _FUTURE.search(text) and bool(_PAST.search(text)))
+    if _SINCE.search(text):
+        return True
+    return not _FUTURE.search(text) and bool(_PAST.search(_STATE_ED.sub("", text)))
+
+
+def _weekday_named(day: date, weekday: int, text: str) -> Period | None:
+    """The bare ``weekday`` the speaker meant on ``day`` in ``text``: the last one before ``day``
+    for what happened, the next one after it for a plan; None told in the present or as a habit."""
+    if _WEEKLY.search(text):
+        return None
+    if _in_past(text):
+        return _day(day - timedelta(days=(day.weekday() - weekday) % 7 or 7))
+    if _FUTURE.search(text) or _PROGRESSIVE.search(text):
+        return _day(day + timedelta(days=(weekday - day.weekday()) % 7 or 7))
+    return None
 
 
 # ----------------------------------------------------------------------------- writing
@@ -236,6 +269,13 @@ def _en_which_weekday(m: re.Match[str], day: date) -> tuple[Period, str]:
     return _weekday(day, weekday, weeks), "day"
 
 
+def _en_bare_weekday(m: re.Match[str], day: date) -> tuple[Period, str] | None:
+    if re.search(r"\b(?:good|black|cyber) $", m.string[: m.start()], re.IGNORECASE):  # "Good Friday"
+        return None
+    period = _weekday_named(day, _WEEKDAYS_EN.index(m[1].lower()), m.string)
+    return None if period is None else (period, "day")
+
+
 _EN_NAMED_DAYS = {
     "the day before yesterday": -2,
     "the day after tomorrow": 2,
@@ -303,6 +343,7 @@ _EN_RULES: list[_Rule] = [
     (re.compile(rf"\b{_EN_COUNT} {_EN_UNIT} ago\b", re.IGNORECASE), _en_ago),
     (re.compile(rf"\bin {_EN_COUNT} {_EN_UNIT}(?:'? time)?\b", re.IGNORECASE), _en_in),
     (re.compile(rf"\b(last|this|next) {_EN_WEEKDAY}\b", re.IGNORECASE), _en_which_weekday),
+    (re.compile(rf"\b(?<!-){_EN_WEEKDAY}(?!s\b|-)\b", re.IGNORECASE), _en_bare_weekday),
     (re.compile(r"\b(last|this|next) (week|month|year|weekend)\b", re.IGNORECASE), _en_which_unit),
     (_EN_MONTH, _en_month),
 ]
@@ -344,6 +385,11 @@ def _zh_which_week(m: re.Match[str], day: date) -> tuple[Period, str]:
     return _week(day + timedelta(weeks=weeks)), "week"
 
 
+def _zh_bare_weekday(m: re.Match[str], day: date) -> tuple[Period, str] | None:
+    period = _weekday_named(day, _WEEKDAYS_ZH.index(m[1].replace("天", "日")), m.string)
+    return None if period is None else (period, "day")
+
+
 def _zh_month(m: re.Match[str], day: date) -> tuple[Period, str] | None:
     month = _zh_number(m[3])
     if m[1]:
@@ -381,6 +427,11 @@ _ZH_RULES: list[_Rule] = [
     (
         re.compile(r"([上这本下])(?:个)?(周|星期|礼拜)([一二三四五六日天末]?)"),
         _zh_which_week,
+    ),
+    (
+        # Not "每周五" (a habit) nor the "周" of "两周一次" (a count of weeks).
+        re.compile(r"(?<![上这本下每个一二两三四五六七八九十\d])(?:周|星期|礼拜)([一二三四五六日天])"),
+        _zh_bare_weekday,
     ),
     (
         re.compile(r"([上这本下])个?月"),

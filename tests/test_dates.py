@@ -137,6 +137,39 @@ SAID = datetime(2025, 9, 17, 15, 30, tzinfo=UTC)
         ("用户十一月要去哈尔滨", "用户2025年11月要去哈尔滨", date(2025, 11, 1), date(2025, 11, 30)),
         ("用户去年七月搬到了成都", "用户2024年7月搬到了成都", date(2024, 7, 1), date(2024, 7, 31)),
         ("用户五月二十号去了杭州", "用户2025年5月20日去了杭州", date(2025, 5, 20), date(2025, 5, 20)),
+        # A bare weekday: the last one for what happened, the next one for a plan.
+        (
+            "User went sailing on Saturday",
+            "User went sailing on 13 September 2025",
+            date(2025, 9, 13),
+            date(2025, 9, 13),
+        ),
+        (
+            "User will call the bank on Friday",
+            "User will call the bank on 19 September 2025",
+            date(2025, 9, 19),
+            date(2025, 9, 19),
+        ),
+        (
+            "User is driving to Tours on Monday",
+            "User is driving to Tours on 22 September 2025",
+            date(2025, 9, 22),
+            date(2025, 9, 22),
+        ),
+        (
+            "User met his tutor on Wednesday",
+            "User met his tutor on 10 September 2025",
+            date(2025, 9, 10),
+            date(2025, 9, 10),
+        ),
+        (
+            "User is thrilled about the gig in May",
+            "User is thrilled about the gig in May 2026",
+            date(2026, 5, 1),
+            date(2026, 5, 31),
+        ),
+        ("用户周四要去面试", "用户2025年9月18日要去面试", date(2025, 9, 18), date(2025, 9, 18)),
+        ("用户星期天去了动物园", "用户2025年9月14日去了动物园", date(2025, 9, 14), date(2025, 9, 14)),
     ],
 )
 def test_a_relative_time_is_written_as_the_date_it_meant(
@@ -151,6 +184,14 @@ def test_a_relative_time_is_written_as_the_date_it_meant(
         "User is a sound engineer",
         "User has played the cello for ten years",  # a duration, not a time
         "User sees a physio on Fridays",  # a habit: a bare weekday names no date
+        "User teaches yoga on Tuesday",  # told in the present: a schedule, no one day
+        "User usually bakes bread on Sunday",
+        "User is nervous about the review on Thursday",  # a state now, neither plan nor past
+        "User works a Monday-Friday job",
+        "User keeps Good Friday with his family",
+        "用户每周五去游泳",
+        "用户两周一次去复查",
+        "用户周一到周五上班",
         "User recently took up climbing",  # vague: left as said
         "用户每周一去游泳",
         "用户周末喜欢去钓鱼",
@@ -179,6 +220,8 @@ def test_last_weekday_said_on_that_weekday_is_a_week_back() -> None:
     assert period_of("What did I do last week?", SAID) == Period(date(2025, 9, 8), date(2025, 9, 14))
     assert period_of("我去年做了什么？", SAID) == Period(date(2024, 1, 1), date(2024, 12, 31))
     assert period_of("What is my job?", SAID) is None
+    assert period_of("What did I do on Monday?", SAID) == Period(date(2025, 9, 15), date(2025, 9, 15))
+    assert period_of("What am I doing on Monday?", SAID) == Period(date(2025, 9, 22), date(2025, 9, 22))
 
 
 # ----------------------------------------------------------------------------- the write path
