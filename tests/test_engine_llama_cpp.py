@@ -91,6 +91,17 @@ def test_warmed_beginnings_are_evaluated_once_per_machine_and_change_no_answer(
     assert read_back < warmed_once - len(tokens) + 30, (read_back, warmed_once, len(tokens))
     second.close()
 
+    # Read whole but refused by llama.cpp: the engine had taken the file's tokens for its own,
+    # evaluated the warm-up on an empty context, and kept that broken state for every process.
+    with np.load(kept) as state:
+        fields = {name: state[name] for name in state.files}
+    np.savez(kept, **{**fields, "llama_state": fields["llama_state"][:4096]})
+    for _ in range(2):  # the refused file, then the one evaluated again in its place
+        refused = LlamaCppEngine(smollm2_path(), n_ctx=2048, warm=[beginning], state_dir=tmp_path)
+        assert [refused.complete_text(m, max_tokens=12).text for m in asks] == expected
+        refused.close()
+    assert kept.stat().st_size > fields["llama_state"].size
+
     kept.write_bytes(kept.read_bytes()[:1000])  # damaged: evaluated again and kept whole
     evaluated.clear()
     third = LlamaCppEngine(smollm2_path(), n_ctx=2048, warm=[beginning], state_dir=tmp_path)

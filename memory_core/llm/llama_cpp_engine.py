@@ -164,6 +164,9 @@ class LlamaCppEngine:
         except (OSError, ValueError, KeyError, EOFError, RuntimeError, zipfile.BadZipFile) as exc:
             log.warning("a kept prompt state was unusable (%s); it is evaluated again", type(exc).__name__)
             path.unlink(missing_ok=True)
+            # A state refused by llama.cpp leaves the file's tokens as the engine's and its
+            # context empty: the next call would match its prompt against tokens never evaluated.
+            self._llm.reset()
             return False
         self._cache[state.input_ids[: state.n_tokens].tolist()] = state
         return True
