@@ -13,7 +13,8 @@ The tree::
     ├── WriteQueueFullError      too many writes wait already; this one was not queued (retry later)
     ├── ConfigError              settings that cannot work (e.g. shard count changed on a data dir)
     ├── LLMError                 the judge/extractor LLM failed; the turn is not written
-    │   ├── LLMUnavailableError  the engine cannot be loaded or reached
+    │   ├── LLMUnavailableError  the engine cannot be loaded or reached (a queued write waits for it)
+    │   ├── LLMRejectedError     the LLM server refused the request itself (too long, invalid)
     │   └── LLMOutputError       output still invalid after one retry
     ├── SweepError               the expiry sweep did not do all it was asked to
     │   ├── SweepBusyError       a sweep is already running; this one was refused
@@ -133,6 +134,11 @@ class LLMError(LongmemError):
 
 class LLMUnavailableError(LLMError):
     """The engine cannot be loaded or reached."""
+
+
+class LLMRejectedError(LLMError):
+    """The LLM server refused the request itself (a prompt over its context, a body it cannot
+    read): asked again, it answers the same, so nothing waits for it."""
 
 
 class LLMOutputError(LLMError):

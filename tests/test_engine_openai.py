@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from benchmarks.mem0_peer import LlamaServer, free_port
-from memory_core.errors import LLMUnavailableError
+from memory_core.errors import LLMRejectedError, LLMUnavailableError
 from memory_core.llm.base import ChatMessage, LLMEngine
 from memory_core.llm.openai_engine import OpenAIEngine, SchemaDialect, choice_schema, decode_choice
 from memory_core.llm.packaged import smollm2_path
@@ -169,8 +169,20 @@ def test_client_error_carries_server_message_but_never_the_key() -> None:
 
 def test_fastapi_validation_detail_is_the_message() -> None:
     rec = Recorder(httpx.Response(422, json={"detail": [{"msg": "field required"}]}))
-    with pytest.raises(LLMUnavailableError, match="422: .*field required"):
+    with pytest.raises(LLMRejectedError, match="422: .*field required"):
         _engine(rec).complete_json(HI, {"type": "object"}, max_tokens=8)
+
+
+@pytest.mark.parametrize("status", [400, 413, 422])
+def test_a_request_the_server_refuses_is_rejected_not_unavailable(status: int) -> None:
+    """A prompt over the server's context answers 400 every time: taken for an outage, a queued
+    write waited for it for ever, holding the user's later writes."""
+    rec = Recorder(
+        httpx.Response(status, json={"error": {"message": "maximum context length is 4096 tokens"}})
+    )
+    with pytest.raises(LLMRejectedError, match=f"{status}: maximum context length") as info:
+        _engine(rec).complete_text(HI, max_tokens=8)
+    assert not isinstance(info.value, LLMUnavailableError)
 
 
 def test_no_key_sends_no_authorization_header() -> None:

@@ -25,7 +25,7 @@ from memory_core.errors import LLMOutputError, LLMUnavailableError, WriteQueueFu
 from memory_core.llm.base import Completion
 from memory_core.llm.openai_engine import OpenAIEngine
 from memory_core.models import Role, Turn
-from memory_core.service import open_local_service
+from memory_core.service import Remember, open_local_service
 from memory_core.settings import ServeSettings, Settings, WriteSettings
 from memory_core.write import writes
 from memory_core.write.lanes import WriteLanes
@@ -380,3 +380,97 @@ def test_the_llm_deployment_not_answering_is_the_llm_unavailable() -> None:
         engine(bad_output).complete_json([], {}, 10)
     with pytest.raises(ZeroDivisionError):  # a defect, not an outage: never waited for
         engine(ZeroDivisionError()).complete_text([], 10)
+
+
+def test_a_write_waiting_for_the_llm_keeps_its_lane_but_not_the_pool(
+    lanes: Callable[..., WriteLanes],
+) -> None:
+    """In an outage every worker held a write waiting for the LLM, and a memory stored as given
+    for another user waited for the LLM too."""
+    pool = lanes(concurrency=1)
+    waiting = threading.Event()
+
+    def unreachable() -> bool:  # user a's queued turn: the LLM is down until the lanes close
+        waiting.set()
+        return pool.pause("a", 60)
+
+    a = pool.submit("a", unreachable, waits_for_llm=True)
+    assert waiting.wait(5)
+    assert pool.submit("b", lambda: "stored as given").result(timeout=5) == "stored as given"
+    # The write that waits is the probe: another that would wait for the LLM is held back, and
+    # a's own later writes stay behind it.
+    c = pool.submit("c", lambda: "c's turn written", waits_for_llm=True)
+    a_later = pool.submit("a", lambda: "a's later write")
+    time.sleep(0.3)
+    assert not c.done() and not a_later.done()
+    pool.close(wait=True)  # the waiting write gives up; the held ones run
+    assert a.result() is False
+    assert c.result() == "c's turn written" and a_later.result() == "a's later write"
+
+
+def test_a_write_waiting_for_the_llm_does_not_take_the_wake_up_of_an_idle_worker(
+    lanes: Callable[..., WriteLanes],
+) -> None:
+    """The waiting write and the idle workers waited on one condition: a new write's wake-up went
+    to the waiting write, and the write sat queued beside an idle worker until the LLM was back."""
+    pool = lanes(concurrency=2)
+    waiting = threading.Event()
+
+    def unreachable() -> bool:
+        waiting.set()
+        return pool.pause("a", 60)
+
+    pool.submit("a", unreachable, waits_for_llm=True)
+    assert waiting.wait(5)
+    assert pool.submit("b", lambda: 1).result(timeout=5) == 1  # the other worker, idle afterwards
+    assert pool.submit("c", lambda: 2).result(timeout=5) == 2
+
+
+def test_a_forget_request_tried_again_after_an_outage_reports_what_it_deleted(
+    settings: Settings, clock: ManualClock, embedder: Embedder, quick_retries: None
+) -> None:
+    """Tried again after the LLM came back, a forget request looked again for the memory it had
+    already deleted: the job said nothing was forgotten."""
+    engine = ScriptedEngine()
+    service = open_local_service(settings, clock, embedder, engine)
+    service.remember("acme:kit", [Remember(text="User lives at 9 Elm Road")])
+    engine.script("forget_target", '{"target": "9 Elm Road"}')
+    engine.defaults["forget_match"] = "yes"
+    engine.script(
+        "extract", _unreachable, facts_json(("User lives at 3 Birch Lane", "identity", "fact", False))
+    )
+    lanes = WriteLanes(settings.write)
+    said = [Turn(role=Role.USER, content="Forget 9 Elm Road, I live at 3 Birch Lane now.")]
+    (outcome,) = UserWrites(service, lanes).queue_turns("acme:kit", "s", said).future.result(timeout=30)
+    assert outcome.error is None and outcome.forgotten is not None
+    assert [f.text for f in outcome.forgotten.facts] == ["User lives at 9 Elm Road"]
+    assert engine.calls.count("forget_target") == 1 and engine.calls.count("extract") == 2
+    assert [f.text for f in service.list_facts("acme:kit")] == ["User lives at 3 Birch Lane"]
+    lanes.close()
+    service.close()
+
+
+def test_a_write_that_waited_its_limit_for_the_llm_frees_the_lane_and_stays_accepted(
+    settings: Settings,
+    clock: ManualClock,
+    embedder: Embedder,
+    quick_retries: None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A turn the LLM never answers (one it keeps timing out on) must not hold the user's later
+    writes, and the other users' turns held behind it, for ever."""
+    monkeypatch.setattr(writes, "LLM_WAIT_LIMIT_S", 0.3)
+    engine = ScriptedEngine()
+    engine.defaults["judge"] = _unreachable
+    service = open_local_service(settings, clock, embedder, engine)
+    lanes = WriteLanes(settings.write)
+    queued = UserWrites(service, lanes)
+    job = queued.queue_turns("acme:lou", "s", [Turn(role=Role.USER, content="I fly gliders")])
+    [stored] = queued.remember("acme:lou", [Remember(text="User fixes clocks")])
+    with pytest.raises(LLMUnavailableError, match="stay accepted"):
+        job.future.result(timeout=10)
+    assert 5 <= engine.calls.count("judge") <= 7  # 0.05 s apart, up to the limit
+    assert [b.user_id for b in service.facts.pending_turns()] == ["acme:lou"]
+    assert [f.text for f in service.list_facts("acme:lou")] == [stored.text]
+    lanes.close()
+    service.close()

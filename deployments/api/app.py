@@ -25,6 +25,7 @@ from deployments.api.runtime import Runtime
 from memory_core.errors import (
     ConfigError,
     LLMOutputError,
+    LLMRejectedError,
     LLMUnavailableError,
     LongmemError,
     NotFoundError,
@@ -47,6 +48,7 @@ _STATUS: list[tuple[type[LongmemError], int]] = [
     (ProfileFullError, 409),
     (WriteQueueFullError, 429),
     (LLMOutputError, 502),
+    (LLMRejectedError, 502),
     (LLMUnavailableError, 503),
     (StorageError, 503),
     (ConfigError, 500),
@@ -66,7 +68,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         (413, "The body is over serve.max_request_bytes."),
         (429, "Too many writes are queued (write.max_pending): retry after Retry-After seconds."),
         (422, "The request is invalid; nothing was stored."),
-        (502, "The LLM's output stayed invalid."),
+        (502, "The LLM's output stayed invalid, or the LLM server refused the request."),
         (503, "The LLM or the disk is unavailable; nothing was stored."),
     ]
 }

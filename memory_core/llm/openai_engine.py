@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
-from memory_core.errors import LLMUnavailableError
+from memory_core.errors import LLMRejectedError, LLMUnavailableError
 from memory_core.llm.base import ChatMessage, Completion
 
 if TYPE_CHECKING:
@@ -38,6 +38,10 @@ _CHOICE_KEY = "answer"
 # Statuses that say the request was fine but the caller or server state is not (auth, wrong
 # URL or model, rate limit, overload): retrying in another schema dialect cannot help.
 _NO_DIALECT_RETRY = {401, 403, 404, 408, 429, 502, 503, 504}
+# The request itself refused: asked again, the server answers the same. Any other error status
+# (a bad key, a wrong model name, an overloaded or failing server) is the LLM being unavailable
+# until someone or something fixes it, and a queued write waits for it.
+_REJECTED = {400, 413, 422}
 _MAX_ERROR_CHARS = 500
 
 
@@ -80,7 +84,8 @@ def decode_choice(text: str) -> str:
 
 
 class _HTTPStatusError(Exception):
-    """An error status from the server, before it is turned into an LLMUnavailableError."""
+    """An error status from the server, before it is turned into an LLMUnavailableError or an
+    LLMRejectedError."""
 
     def __init__(self, status: int, message: str) -> None:
         self.status = status
@@ -181,8 +186,9 @@ class OpenAIEngine:
                 f"{len(response.content)} bytes of {response.headers.get('content-type', 'no content type')})"
             ) from None
 
-    def _unavailable(self, err: _HTTPStatusError) -> LLMUnavailableError:
-        return LLMUnavailableError(f"{self._where} answered {err.status}: {err.message}")
+    def _failed(self, err: _HTTPStatusError) -> LLMUnavailableError | LLMRejectedError:
+        said = f"{self._where} answered {err.status}: {err.message}"
+        return LLMRejectedError(said) if err.status in _REJECTED else LLMUnavailableError(said)
 
     def _body(self, messages: Sequence[ChatMessage], max_tokens: int) -> dict[str, Any]:
         return {
@@ -202,7 +208,7 @@ class OpenAIEngine:
             try:
                 return self._post({**body, "response_format": dialect.response_format(name, schema)})
             except _HTTPStatusError as err:
-                raise self._unavailable(err) from None
+                raise self._failed(err) from None
         # Dialect unknown: try the OpenAI form, fall back to llama-cpp-python's once.
         try:
             completion = self._post(
@@ -211,13 +217,13 @@ class OpenAIEngine:
             found = SchemaDialect.JSON_SCHEMA
         except _HTTPStatusError as first:
             if first.status in _NO_DIALECT_RETRY:
-                raise self._unavailable(first) from None
+                raise self._failed(first) from None
             try:
                 completion = self._post(
                     {**body, "response_format": SchemaDialect.JSON_OBJECT.response_format(name, schema)}
                 )
             except _HTTPStatusError:
-                raise self._unavailable(first) from None  # the standard form's error is the useful one
+                raise self._failed(first) from None  # the standard form's error is the useful one
             found = SchemaDialect.JSON_OBJECT
         with self._dialect_lock:
             self._dialect = found
@@ -231,6 +237,7 @@ class OpenAIEngine:
         Raises:
             LLMUnavailableError: the server cannot be reached, timed out, or answered an error
                 status (its message included, the API key scrubbed).
+            LLMRejectedError: the server refused the request itself (400, 413, 422).
         """
         name = str(schema.get("title") or "output")
         return self._complete_schema(messages, name, schema, max_tokens)
@@ -239,7 +246,7 @@ class OpenAIEngine:
         """Generate exactly one of ``choices``; ``text`` is the bare choice.
 
         Raises:
-            LLMUnavailableError: as for :meth:`complete_json`.
+            LLMUnavailableError, LLMRejectedError: as for :meth:`complete_json`.
         """
         # {"answer": "..."} plus the choice itself: a UTF-8 byte is at most one token, and
         # grammar-allowed whitespace is bounded.
@@ -257,12 +264,12 @@ class OpenAIEngine:
         """Generate a free-text reply.
 
         Raises:
-            LLMUnavailableError: as for :meth:`complete_json`.
+            LLMUnavailableError, LLMRejectedError: as for :meth:`complete_json`.
         """
         try:
             return self._post(self._body(messages, max_tokens))
         except _HTTPStatusError as err:
-            raise self._unavailable(err) from None
+            raise self._failed(err) from None
 
     def close(self) -> None:
         """Close the connection pool."""

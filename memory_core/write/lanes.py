@@ -6,6 +6,11 @@ user (search-then-add done twice at once stores a duplicate, or supersedes one f
 while up to ``concurrency`` users are written at once. Users take turns: a worker that finished
 one of a user's writes moves on to the next user waiting, so one user's backlog never starves
 the others.
+
+A queued write that waits for an unreachable LLM (:meth:`WriteLanes.pause`) keeps its user's lane
+but not the pool: another worker takes its place, so the other users' writes that need no LLM
+(memories stored as given, deletes, profile changes, erase) go on. While one waits, no other write
+that would wait for the LLM is started: the waiting one is the probe, and the rest queue behind it.
 """
 
 from __future__ import annotations
@@ -28,30 +33,41 @@ T = TypeVar("T")
 class _Item:
     work: Callable[[], Any]
     future: Future[Any]
+    waits_for_llm: bool = False
     queued_at: float = field(default_factory=time.monotonic)
 
 
 class WriteLanes:
-    """A pool of ``settings.concurrency`` worker threads over per-user FIFO lanes."""
+    """A pool of ``settings.concurrency`` working threads over per-user FIFO lanes (and one more
+    for each write waiting for the LLM)."""
 
     def __init__(self, settings: WriteSettings, name: str = "longmem-write") -> None:
         self._settings = settings
+        self._name = name
         self._lanes: dict[str, deque[_Item]] = {}
         self._ready: OrderedDict[str, None] = OrderedDict()  # users with work and no write running
         self._running: set[str] = set()
         self._erasing: set[str] = set()  # users an erase waits for (their running write stops waiting)
         self._queued = 0
         self._completed = 0
+        self._paused = 0  # writes waiting in :meth:`pause`
         self._closed = False
-        self._cond = threading.Condition()
-        self._workers = [
-            threading.Thread(target=self._work, name=f"{name}-{n}", daemon=True)
-            for n in range(settings.concurrency)
-        ]
-        for worker in self._workers:
-            worker.start()
+        lock = threading.Lock()
+        self._cond = threading.Condition(lock)  # idle workers wait on it
+        self._unpause = threading.Condition(lock)  # paused writes wait on it
+        self._workers: list[threading.Thread] = []
+        with lock:
+            for _ in range(settings.concurrency):
+                self._add_worker()
 
-    def submit(self, user_id: str, work: Callable[[], T], bounded: bool = True) -> Future[T]:
+    def _add_worker(self) -> None:
+        worker = threading.Thread(target=self._work, name=f"{self._name}-{len(self._workers)}", daemon=True)
+        self._workers.append(worker)
+        worker.start()
+
+    def submit(
+        self, user_id: str, work: Callable[[], T], bounded: bool = True, waits_for_llm: bool = False
+    ) -> Future[T]:
         """Queue ``work`` at the end of ``user_id``'s lane.
 
         Args:
@@ -60,6 +76,7 @@ class WriteLanes:
             bounded: refuse it when ``settings.max_pending`` writes wait already (async writes,
                 which the caller answers before they run); a write the caller waits for holds a
                 request thread instead, and is never refused.
+            waits_for_llm: the write may :meth:`pause` for the LLM: not started while another does.
 
         Raises:
             WriteQueueFullError: the queue is full (nothing was queued).
@@ -71,7 +88,7 @@ class WriteLanes:
                 raise RuntimeError("the write lanes are closed")
             if bounded:
                 self._check_room()
-            self._lanes.setdefault(user_id, deque()).append(_Item(work, future))
+            self._lanes.setdefault(user_id, deque()).append(_Item(work, future, waits_for_llm))
             self._queued += 1
             if user_id not in self._running:
                 self._ready[user_id] = None
@@ -111,14 +128,18 @@ class WriteLanes:
             self._queued -= len(dropped)
             self._ready.pop(user_id, None)
             self._erasing.add(user_id)
-            self._cond.notify_all()  # a running write waiting in :meth:`pause` gives up
+            self._unpause.notify_all()  # a running write waiting in :meth:`pause` gives up
         for item in dropped:
             item.future.cancel()
-        try:
-            return len(dropped), self.run(user_id, work)
-        finally:
-            with self._cond:
-                self._erasing.discard(user_id)
+
+        def alone() -> T:
+            try:
+                return work()
+            finally:  # before the lane is free: a write queued after the erase waits as usual
+                with self._cond:
+                    self._erasing.discard(user_id)
+
+        return len(dropped), self.run(user_id, alone)
 
     def pause(self, user_id: str, seconds: float) -> bool:
         """Wait ``seconds`` in ``user_id``'s running write (one that waits for the LLM), its lane
@@ -129,16 +150,31 @@ class WriteLanes:
             the lanes are closing (the write is left for the next start).
         """
         with self._cond:
-            return not self._cond.wait_for(lambda: self._closed or user_id in self._erasing, seconds)
+            self._paused += 1
+            if len(self._workers) - self._paused < self._settings.concurrency:
+                self._add_worker()  # the pool stays whole for the writes that need no LLM
+            try:
+                return not self._unpause.wait_for(lambda: self._closed or user_id in self._erasing, seconds)
+            finally:
+                self._paused -= 1
+                self._cond.notify_all()  # the writes held back while this one waited may start
+
+    def _next_user(self) -> str | None:
+        """The first user waiting whose next write may start now."""
+        for user_id in self._ready:
+            if not (self._paused and self._lanes[user_id][0].waits_for_llm):
+                return user_id
+        return None
 
     def _work(self) -> None:
         while True:
             with self._cond:
-                while not self._ready and not self._closed:
+                while (user_id := self._next_user()) is None and not (self._closed and not self._ready):
                     self._cond.wait()
-                if not self._ready:
+                if user_id is None:
+                    self._workers.remove(threading.current_thread())
                     return  # closed and nothing left to run
-                user_id, _ = self._ready.popitem(last=False)
+                del self._ready[user_id]
                 lane = self._lanes[user_id]
                 item = lane.popleft()
                 if not lane:
@@ -156,6 +192,9 @@ class WriteLanes:
                 if user_id in self._lanes:
                     self._ready[user_id] = None  # at the back: the next user waiting goes first
                     self._cond.notify()
+                if len(self._workers) - self._paused > self._settings.concurrency:
+                    self._workers.remove(threading.current_thread())
+                    return  # a write that waited is done waiting: its stand-in leaves
 
     def pending(self) -> int:
         """Writes queued and not started."""
@@ -191,6 +230,10 @@ class WriteLanes:
                 self._ready.clear()
                 self._queued = 0
             self._cond.notify_all()
-        if wait:
-            for worker in self._workers:
-                worker.join()
+            self._unpause.notify_all()
+        while wait:
+            with self._cond:
+                if not self._workers:
+                    return
+                worker = self._workers[0]
+            worker.join()

@@ -116,10 +116,19 @@ class WritePath:
             before = self._llm.stats.snapshot()
             start = time.perf_counter()
             with telemetry.span("longmem.write.turn") as traced:
+                forgotten: list[
+                    ForgetResult
+                ] = []  # a forget done before the LLM was lost, kept for the next try
                 while True:
                     try:
                         outcome = self._process_turn(
-                            user_id, turn, context, turn.at or at, listeners, wait_for_llm is not None
+                            user_id,
+                            turn,
+                            context,
+                            turn.at or at,
+                            listeners,
+                            wait_for_llm is not None,
+                            forgotten,
                         )
                         break
                     except LLMUnavailableError:  # raised only with wait_for_llm: try the turn again
@@ -150,18 +159,26 @@ class WritePath:
         at: datetime,
         listeners: frozenset[str],
         raise_unavailable: bool = False,
+        forgotten: list[ForgetResult] | None = None,
     ) -> TurnOutcome:
         """One user turn through the write path; an LLM failure is reported in the outcome, but
-        with ``raise_unavailable`` the LLM not being reached is raised."""
+        with ``raise_unavailable`` the LLM not being reached is raised. ``forgotten`` holds what
+        an earlier try of this turn deleted (and gets what this one deletes): tried again, the
+        turn must not look for the deleted memories, nor let the new facts repeat them."""
         outcome = TurnOutcome(turn_id=turn.turn_id)
+        done = [] if forgotten is None else forgotten
         try:
             # Forgetting runs first: a turn can drop an old fact and tell its replacement
             # ("forget my old address, I live on Quay Street now"), and the new fact must stay.
-            with telemetry.span("forget_intent"):
-                asks_to_forget = self._analyzer.asks_to_forget(turn.content)
+            asks_to_forget = bool(done)
+            if not done:
+                with telemetry.span("forget_intent"):
+                    asks_to_forget = self._analyzer.asks_to_forget(turn.content)
             if asks_to_forget:
-                with telemetry.span("forget"):
-                    outcome.forgotten = self.forgetter.forget(user_id, turn.content, at)
+                if not done:
+                    with telemetry.span("forget"):
+                        done.append(self.forgetter.forget(user_id, turn.content, at))
+                outcome.forgotten = done[0]
                 # No judge here: it said no to a third of the new facts told with a request and
                 # yes to a third of the bare requests.
                 with telemetry.span("extract") as extracting:

@@ -31,6 +31,10 @@ log = logging.getLogger("longmem.write")
 # Seconds a queued write waits before trying a turn again while the LLM cannot be reached: an
 # accepted turn is written once it answers, never dropped.
 LLM_RETRY_S = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+# After waiting this long in all, a write stops waiting and frees the user's lane: a turn the LLM
+# keeps timing out on must not hold the user's later writes (and the other users' writes that wait
+# for the LLM) for ever. Its batch stays accepted, and the writer's next start writes it.
+LLM_WAIT_LIMIT_S = 1800.0
 
 
 class Writes(Protocol):
@@ -156,7 +160,10 @@ class UserWrites:
     def _accept(self, user_id: str, session_id: str, turns: tuple[Turn, ...], at: datetime) -> Job:
         seq = self.service.facts.accept_turns(user_id, session_id, turns, at)
         future = self.lanes.submit(
-            user_id, lambda: self._write(user_id, session_id, seq, turns, at), bounded=False
+            user_id,
+            lambda: self._write(user_id, session_id, seq, turns, at),
+            bounded=False,
+            waits_for_llm=True,
         )
         return self.jobs.track(tenant_of(user_id), user_id, future)
 
@@ -207,13 +214,17 @@ class UserWrites:
     def _llm_waiter(self, user_id: str) -> Callable[[], bool]:
         """For one batch: waits a little longer each time the LLM could not be reached (up to
         the last of :data:`LLM_RETRY_S`); False when the write must give up (an erase of the user,
-        or the writer stopping: the batch stays on disk for the next start)."""
-        tries = 0
+        the writer stopping, or :data:`LLM_WAIT_LIMIT_S` waited: the batch stays on disk for the
+        next start)."""
+        tries, waited = 0, 0.0
 
         def wait() -> bool:
-            nonlocal tries
+            nonlocal tries, waited
             delay = LLM_RETRY_S[min(tries, len(LLM_RETRY_S) - 1)]
-            tries += 1
+            if waited + delay > LLM_WAIT_LIMIT_S:
+                log.error("the LLM could not be reached for %.0f s; a queued write stops waiting", waited)
+                return False
+            tries, waited = tries + 1, waited + delay
             log.warning("the LLM could not be reached; a queued write tries again in %.1f s", delay)
             return self.lanes.pause(user_id, delay)
 
@@ -232,6 +243,7 @@ class UserWrites:
                 batch.user_id,
                 lambda b=batch: self._write(b.user_id, b.session_id, b.seq, b.turns, b.at, resumed=True),  # type: ignore[misc]
                 bounded=False,
+                waits_for_llm=True,
             )
         return len(batches)
 
