@@ -9,12 +9,15 @@ the others.
 
 A queued write that waits for an unreachable LLM (:meth:`WriteLanes.pause`) keeps its user's lane
 but not the pool: another worker takes its place, so the other users' writes that need no LLM
-(memories stored as given, deletes, profile changes, erase) go on. While one waits, no other write
-that would wait for the LLM is started: the waiting one is the probe, and the rest queue behind it.
+(memories stored as given, deletes, profile changes, erase) go on. From its first wait until it
+ends, no other write that would wait for the LLM is started: it is the probe, and the rest queue
+behind it (an outage costs one stand-in thread per write it caught running, and one LLM call per
+retry).
 """
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections import OrderedDict, deque
@@ -50,20 +53,22 @@ class WriteLanes:
         self._erasing: set[str] = set()  # users an erase waits for (their running write stops waiting)
         self._queued = 0
         self._completed = 0
-        self._paused = 0  # writes waiting in :meth:`pause`
+        self._paused = 0  # writes waiting in :meth:`pause` now
+        self._probing: set[str] = set()  # users whose running write has waited for the LLM
         self._closed = False
         lock = threading.Lock()
         self._cond = threading.Condition(lock)  # idle workers wait on it
         self._unpause = threading.Condition(lock)  # paused writes wait on it
         self._workers: list[threading.Thread] = []
+        self._numbers = itertools.count()
         with lock:
             for _ in range(settings.concurrency):
                 self._add_worker()
 
     def _add_worker(self) -> None:
-        worker = threading.Thread(target=self._work, name=f"{self._name}-{len(self._workers)}", daemon=True)
-        self._workers.append(worker)
+        worker = threading.Thread(target=self._work, name=f"{self._name}-{next(self._numbers)}", daemon=True)
         worker.start()
+        self._workers.append(worker)
 
     def submit(
         self, user_id: str, work: Callable[[], T], bounded: bool = True, waits_for_llm: bool = False
@@ -150,19 +155,19 @@ class WriteLanes:
             the lanes are closing (the write is left for the next start).
         """
         with self._cond:
+            self._probing.add(user_id)  # until the write ends, its tries included
             self._paused += 1
-            if len(self._workers) - self._paused < self._settings.concurrency:
-                self._add_worker()  # the pool stays whole for the writes that need no LLM
             try:
+                if len(self._workers) - self._paused < self._settings.concurrency:
+                    self._add_worker()  # the pool stays whole for the writes that need no LLM
                 return not self._unpause.wait_for(lambda: self._closed or user_id in self._erasing, seconds)
             finally:
                 self._paused -= 1
-                self._cond.notify_all()  # the writes held back while this one waited may start
 
     def _next_user(self) -> str | None:
         """The first user waiting whose next write may start now."""
         for user_id in self._ready:
-            if not (self._paused and self._lanes[user_id][0].waits_for_llm):
+            if not (self._probing and self._lanes[user_id][0].waits_for_llm):
                 return user_id
         return None
 
@@ -192,6 +197,9 @@ class WriteLanes:
                 if user_id in self._lanes:
                     self._ready[user_id] = None  # at the back: the next user waiting goes first
                     self._cond.notify()
+                if user_id in self._probing:
+                    self._probing.discard(user_id)
+                    self._cond.notify_all()  # the writes held back behind the probe may start
                 if len(self._workers) - self._paused > self._settings.concurrency:
                     self._workers.remove(threading.current_thread())
                     return  # a write that waited is done waiting: its stand-in leaves

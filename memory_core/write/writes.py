@@ -31,10 +31,6 @@ log = logging.getLogger("longmem.write")
 # Seconds a queued write waits before trying a turn again while the LLM cannot be reached: an
 # accepted turn is written once it answers, never dropped.
 LLM_RETRY_S = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
-# After waiting this long in all, a write stops waiting and frees the user's lane: a turn the LLM
-# keeps timing out on must not hold the user's later writes (and the other users' writes that wait
-# for the LLM) for ever. Its batch stays accepted, and the writer's next start writes it.
-LLM_WAIT_LIMIT_S = 1800.0
 
 
 class Writes(Protocol):
@@ -214,17 +210,13 @@ class UserWrites:
     def _llm_waiter(self, user_id: str) -> Callable[[], bool]:
         """For one batch: waits a little longer each time the LLM could not be reached (up to
         the last of :data:`LLM_RETRY_S`); False when the write must give up (an erase of the user,
-        the writer stopping, or :data:`LLM_WAIT_LIMIT_S` waited: the batch stays on disk for the
-        next start)."""
-        tries, waited = 0, 0.0
+        or the writer stopping: the batch stays on disk for the next start)."""
+        tries = 0
 
         def wait() -> bool:
-            nonlocal tries, waited
+            nonlocal tries
             delay = LLM_RETRY_S[min(tries, len(LLM_RETRY_S) - 1)]
-            if waited + delay > LLM_WAIT_LIMIT_S:
-                log.error("the LLM could not be reached for %.0f s; a queued write stops waiting", waited)
-                return False
-            tries, waited = tries + 1, waited + delay
+            tries += 1
             log.warning("the LLM could not be reached; a queued write tries again in %.1f s", delay)
             return self.lanes.pause(user_id, delay)
 
