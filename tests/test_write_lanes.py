@@ -336,6 +336,7 @@ def test_an_accepted_turn_is_written_when_the_llm_server_comes_up(
         job_id = answer.json()["job_id"]
         time.sleep(0.5)
         assert client.get(f"/v1/jobs/{job_id}").json()["status"] == "running"  # waiting for the LLM
+        assert 'longmem_writes_waiting_for_llm{part="local"} 1.0' in client.get("/metrics").text
         _, stop_llm = fixed_latency_server(0.01, port)
         try:
             deadline = time.monotonic() + 60
@@ -345,6 +346,7 @@ def test_an_accepted_turn_is_written_when_the_llm_server_comes_up(
         finally:
             stop_llm()
         assert job["status"] == "done" and job["results"][0]["error"] is None, job
+        assert 'longmem_writes_waiting_for_llm{part="local"} 0.0' in client.get("/metrics").text
         [memory] = client.get("/v1/users/pam/memories").json()["memories"]
         assert "I restore old radios" in memory["text"]
     service.close()

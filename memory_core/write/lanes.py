@@ -214,6 +214,12 @@ class WriteLanes:
         with self._cond:
             return len(self._running)
 
+    def waiting_for_llm(self) -> int:
+        """Writes that have waited for the LLM and are not done: the probe of an outage (one
+        at a time, or the writes an outage caught running)."""
+        with self._cond:
+            return len(self._probing)
+
     def completed(self) -> int:
         """Writes the workers finished (done or failed) since the lanes started."""
         with self._cond:

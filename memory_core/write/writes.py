@@ -270,13 +270,14 @@ class UserWrites:
         return receipt, self.jobs.forget_user(user_id)
 
     def stats(self) -> dict[str, dict[str, float]]:
-        """Gauges: queued and running writes, the oldest wait, writes done, LLM calls in flight,
-        LLM calls made and seconds waited on them."""
+        """Gauges: queued and running writes, the oldest wait, writes waiting for the LLM, writes
+        done, LLM calls in flight, LLM calls made and seconds waited on them."""
         lanes, llm, label = self.lanes, self.service.llm, self._label
         return {
             "write_jobs_pending": {label: lanes.pending()},
             "writes_running": {label: lanes.running()},
             "write_oldest_pending_seconds": {label: lanes.oldest_pending_s()},
+            "writes_waiting_for_llm": {label: lanes.waiting_for_llm()},
             "writes_completed": {label: lanes.completed()},
             "llm_calls_in_flight": {label: llm.in_flight if llm is not None else 0},
             "llm_calls": {label: llm.stats.calls if llm is not None else 0},
