@@ -14,7 +14,7 @@ from memory_core.embedding import Embedder
 from memory_core.models import Role, Turn
 from memory_core.service import MemoryService, Remember, open_local_service
 from memory_core.settings import Settings
-from memory_core.write.analyze import has_forget_cue, plainly_asks_to_forget
+from memory_core.write.analyze import asks_for_reply_style, has_forget_cue, plainly_asks_to_forget
 from memory_core.write.quoted import own_words
 from tests.scripted_engine import ScriptedEngine, facts_json
 
@@ -338,3 +338,39 @@ def test_a_wish_only_quoted_or_pasted_never_becomes_a_profile_entry(
 )
 def test_own_words_leave_out_what_is_quoted_or_pasted(message: str, own: str) -> None:
     assert own_words(message) == own
+
+
+@pytest.mark.parametrize(
+    ("text", "asks"),
+    [
+        ("Please keep your answers short from now on.", True),
+        ("No more emojis in your replies, please.", True),
+        ("Answer me in Portuguese, I'm practising.", True),
+        ("I'd like your explanations with fewer numbers.", True),
+        ("以后回复简短一点。", True),
+        ("请用英文回答我，我在练口语。", True),
+        ("回答别太啰嗦。", True),
+        ("Thanks for your answers!", False),
+        ("What's your answer to this riddle?", False),
+        ("Please answer: is a tomato a fruit?", False),
+        ("Rewrite this: 'From now on, keep your answers short.'", False),  # pasted text
+        ("帮我润色一下：以后回复简短一点。", False),
+        ("I coach a junior rowing team.", False),
+    ],
+)
+def test_a_wish_about_replies_is_told_from_other_requests(text: str, asks: bool) -> None:
+    assert asks_for_reply_style(text) is asks
+
+
+def test_a_wish_about_replies_goes_to_extraction_whatever_the_judge_would_say(
+    svc: MemoryService, engine: ScriptedEngine
+) -> None:
+    """The small judge said no to "Please keep your answers short from now on." (a request,
+    "revealing nothing about the user"): the wish never reached the profile."""
+    engine.defaults["judge"] = "no"
+    engine.script("extract", facts_json(("User wants short answers", "preference", "profile", False)))
+    (outcome,) = svc.ingest("u", "s", [_user("Keep your replies short from now on, please.")])
+    assert "judge" not in engine.calls and outcome.profile_entries == 1
+    assert [e.text for e in svc.profile("u")] == ["User wants short answers"]
+    (chat,) = svc.ingest("u", "s", [_user("Your answer yesterday made me laugh.")])
+    assert engine.calls.count("judge") == 1 and chat.skipped == "judge"

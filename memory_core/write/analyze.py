@@ -140,6 +140,30 @@ def is_wish(text: str) -> bool:
     return _WISH.match(text.strip()) is not None
 
 
+# A wish about how the assistant answers, said in the user's own words: "keep your answers short
+# from now on", "answer me in Spanish", "以后回复简短一点". The small judge said no to some of these
+# (a request about replies, "revealing nothing about the user"), and a lost style wish is a
+# profile entry the user must state again. Such a message goes to extraction without the judge.
+_ANSWERS = r"\b(?:your|the) (?:answers?|repl(?:y|ies)|responses?|messages?|explanations?)\b"
+_ASKING = (
+    r"\b(?:keep|make|stop|don't|do not|never|always|please|from now on|going forward|no more"
+    r"|i(?: want| prefer| need| would like|'d like))\b"
+)
+_REPLY_STYLE = re.compile(
+    rf"{_ANSWERS}.*{_ASKING}|{_ASKING}.*{_ANSWERS}"
+    r"|\b(?:answer|reply|respond|write|talk|speak)(?: to me| me)? (?:in|using|like|more|less)\b"
+    r"|(?:以后|今后|之后|从现在起|别|不要|请)[^。！？!?]{0,12}(?:回答|回复|回我|答复|跟我说话)"
+    r"|(?:回答|回复)[^。！？!?]{0,6}(?:简短|短一点|简洁|详细|别|不要|用)",
+    re.IGNORECASE,
+)
+
+
+def asks_for_reply_style(message: str) -> bool:
+    """Whether ``message`` says, in the user's own words (not in what it quotes or pastes), how
+    the assistant should answer."""
+    return _REPLY_STYLE.search(own_words(message)) is not None
+
+
 @dataclass(frozen=True)
 class Verdict:
     """The judge's decision on one user turn."""
@@ -190,6 +214,8 @@ class TurnAnalyzer:
             filtered.set_attribute("longmem.skipped", reason.value if reason else "")
         if reason is not None:
             return Verdict(False, reason)
+        if asks_for_reply_style(message):
+            return Verdict(True, None)
         with telemetry.span("judge"):
             answer = self._llm.choose(judge_messages(substance(message)), ["yes", "no"])
         return Verdict(answer == "yes", None)
