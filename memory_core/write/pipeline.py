@@ -116,9 +116,8 @@ class WritePath:
             before = self._llm.stats.snapshot()
             start = time.perf_counter()
             with telemetry.span("longmem.write.turn") as traced:
-                forgotten: list[
-                    ForgetResult
-                ] = []  # a forget done before the LLM was lost, kept for the next try
+                # What a try deleted before the LLM was lost: the next try must not look again.
+                forgotten: list[ForgetResult] = []
                 while True:
                     try:
                         outcome = self._process_turn(
