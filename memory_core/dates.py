@@ -181,11 +181,23 @@ def _in_past(text: str) -> bool:
     return not _FUTURE.search(text) and bool(_PAST.search(_STATE_ED.sub("", text)))
 
 
+# Something arranged, told in the past, happens on a day to come: "got a dentist appointment on
+# Tuesday", "booked a table for Friday", "周日约了同事打球".
+_ARRANGED = re.compile(
+    r"\b(?:booked|scheduled|arranged|signed up|got (?:an? |my |the )?(?:\w+ )?(?:interview|appointment"
+    r"|meeting|exam|test|date|booking|reservation|flight|call|match|game|session|class)s?)\b"
+    r"|约了|订了|报了|安排了|预约",
+    re.IGNORECASE,
+)
+
+
 def _weekday_named(day: date, weekday: int, text: str) -> Period | None:
     """The bare ``weekday`` the speaker meant on ``day`` in ``text``: the last one before ``day``
     for what happened, the next one after it for a plan; None told in the present or as a habit."""
     if _WEEKLY.search(text):
         return None
+    if _ARRANGED.search(text):
+        return _day(day + timedelta(days=(weekday - day.weekday()) % 7 or 7))
     if _in_past(text):
         return _day(day - timedelta(days=(day.weekday() - weekday) % 7 or 7))
     if _FUTURE.search(text) or _PROGRESSIVE.search(text):

@@ -169,6 +169,31 @@ SAID = datetime(2025, 9, 17, 15, 30, tzinfo=UTC)
             date(2026, 5, 31),
         ),
         ("用户周四要去面试", "用户2025年9月18日要去面试", date(2025, 9, 18), date(2025, 9, 18)),
+        # Arranged in the past, for a day to come.
+        (
+            "Got a dentist appointment on Tuesday",
+            "Got a dentist appointment on 23 September 2025",
+            date(2025, 9, 23),
+            date(2025, 9, 23),
+        ),
+        (
+            "User booked a table for Friday",
+            "User booked a table for 19 September 2025",
+            date(2025, 9, 19),
+            date(2025, 9, 19),
+        ),
+        (
+            "用户周日约了同事打羽毛球",
+            "用户2025年9月21日约了同事打羽毛球",
+            date(2025, 9, 21),
+            date(2025, 9, 21),
+        ),
+        (
+            "User got a new bike on Saturday",
+            "User got a new bike on 13 September 2025",
+            date(2025, 9, 13),
+            date(2025, 9, 13),
+        ),
         ("用户星期天去了动物园", "用户2025年9月14日去了动物园", date(2025, 9, 14), date(2025, 9, 14)),
     ],
 )
