@@ -10,7 +10,8 @@ Only phrases that name a period are resolved; a vague "recently" stays as said. 
 without a year ("in June", "六月") is the last June for what happened ("went", "了") and the next
 one otherwise ("will", "starts in June", "六月考"); a month that comes back every year ("birthday
 in June") stays as said. A bare weekday ("on Friday", "周五") is the last such day for what
-happened and the next one for a plan ("will", "is flying out", "要"); told in the present
+happened and the next one for a plan ("will", "is flying out", "要") or something arranged
+("booked a table for Friday", "约了"); told in the present
 ("works on Saturday") or as a habit ("every", "usually", "每") it names no one day and stays as
 said: guessing its date would store something the user never meant.
 """
