@@ -343,7 +343,7 @@ def test_own_words_leave_out_what_is_quoted_or_pasted(message: str, own: str) ->
 @pytest.mark.parametrize(
     ("text", "asks"),
     [
-        ("Please keep your answers short from now on.", True),
+        ("Drop the tables from your explanations from now on.", True),
         ("No more emojis in your replies, please.", True),
         ("Answer me in Portuguese, I'm practising.", True),
         ("I'd like your explanations with fewer numbers.", True),
@@ -353,7 +353,7 @@ def test_own_words_leave_out_what_is_quoted_or_pasted(message: str, own: str) ->
         ("Thanks for your answers!", False),
         ("What's your answer to this riddle?", False),
         ("Please answer: is a tomato a fruit?", False),
-        ("Rewrite this: 'From now on, keep your answers short.'", False),  # pasted text
+        ("Rewrite this: 'From now on, put your replies in haiku.'", False),  # pasted text
         ("帮我润色一下：以后回复简短一点。", False),
         ("I coach a junior rowing team.", False),
     ],
@@ -365,12 +365,14 @@ def test_a_wish_about_replies_is_told_from_other_requests(text: str, asks: bool)
 def test_a_wish_about_replies_goes_to_extraction_whatever_the_judge_would_say(
     svc: MemoryService, engine: ScriptedEngine
 ) -> None:
-    """The small judge said no to "Please keep your answers short from now on." (a request,
-    "revealing nothing about the user"): the wish never reached the profile."""
+    """The small judge said no to some wishes about replies (read as task requests "revealing
+    nothing about the user"): the wish never reached the profile."""
     engine.defaults["judge"] = "no"
-    engine.script("extract", facts_json(("User wants short answers", "preference", "profile", False)))
-    (outcome,) = svc.ingest("u", "s", [_user("Keep your replies short from now on, please.")])
+    engine.script(
+        "extract", facts_json(("User does not want tables in replies", "preference", "profile", False))
+    )
+    (outcome,) = svc.ingest("u", "s", [_user("Stop putting tables in your replies from now on, please.")])
     assert "judge" not in engine.calls and outcome.profile_entries == 1
-    assert [e.text for e in svc.profile("u")] == ["User wants short answers"]
+    assert [e.text for e in svc.profile("u")] == ["User does not want tables in replies"]
     (chat,) = svc.ingest("u", "s", [_user("Your answer yesterday made me laugh.")])
     assert engine.calls.count("judge") == 1 and chat.skipped == "judge"

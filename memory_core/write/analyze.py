@@ -140,8 +140,8 @@ def is_wish(text: str) -> bool:
     return _WISH.match(text.strip()) is not None
 
 
-# A wish about how the assistant answers, said in the user's own words: "keep your answers short
-# from now on", "answer me in Spanish", "以后回复简短一点". The small judge said no to some of these
+# A wish about how the assistant answers, said in the user's own words: "no more tables in your
+# replies", "answer me in Dutch", "以后回复用繁体字". The small judge said no to some of these
 # (a request about replies, "revealing nothing about the user"), and a lost style wish is a
 # profile entry the user must state again. Such a message goes to extraction without the judge.
 _ANSWERS = r"\b(?:your|the) (?:answers?|repl(?:y|ies)|responses?|messages?|explanations?)\b"
