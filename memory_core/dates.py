@@ -192,17 +192,21 @@ _ARRANGED = re.compile(
 )
 
 
-def _weekday_named(day: date, weekday: int, text: str) -> Period | None:
+def _last_weekday(day: date, weekday: int) -> Period:
+    """The latest such day before ``day`` ("last Friday" said on a Saturday is yesterday)."""
+    return _day(day - timedelta(days=(day.weekday() - weekday) % 7 or 7))
+
+
+def _weekday_named(day: date, weekday: int, text: str) -> tuple[Period, str] | None:
     """The bare ``weekday`` the speaker meant on ``day`` in ``text``: the last one before ``day``
     for what happened, the next one after it for a plan; None told in the present or as a habit."""
     if _WEEKLY.search(text):
         return None
-    if _ARRANGED.search(text):
-        return _day(day + timedelta(days=(weekday - day.weekday()) % 7 or 7))
-    if _in_past(text):
-        return _day(day - timedelta(days=(day.weekday() - weekday) % 7 or 7))
-    if _FUTURE.search(text) or _PROGRESSIVE.search(text):
-        return _day(day + timedelta(days=(weekday - day.weekday()) % 7 or 7))
+    arranged = _ARRANGED.search(text) is not None
+    if not arranged and _in_past(text):
+        return _last_weekday(day, weekday), "day"
+    if arranged or _FUTURE.search(text) or _PROGRESSIVE.search(text):
+        return _day(day + timedelta(days=(weekday - day.weekday()) % 7 or 7)), "day"
     return None
 
 
@@ -275,9 +279,7 @@ def _en_which_weekday(m: re.Match[str], day: date) -> tuple[Period, str]:
     weekday = _WEEKDAYS_EN.index(m[2].lower())
     which = m[1].lower()
     if which == "last":
-        # The latest such day before today ("last Friday" said on a Saturday is yesterday).
-        back = (day.weekday() - weekday) % 7 or 7
-        return _day(day - timedelta(days=back)), "day"
+        return _last_weekday(day, weekday), "day"
     weeks = 1 if which == "next" else 0
     return _weekday(day, weekday, weeks), "day"
 
@@ -285,8 +287,7 @@ def _en_which_weekday(m: re.Match[str], day: date) -> tuple[Period, str]:
 def _en_bare_weekday(m: re.Match[str], day: date) -> tuple[Period, str] | None:
     if re.search(r"\b(?:good|black|cyber) $", m.string[: m.start()], re.IGNORECASE):  # "Good Friday"
         return None
-    period = _weekday_named(day, _WEEKDAYS_EN.index(m[1].lower()), m.string)
-    return None if period is None else (period, "day")
+    return _weekday_named(day, _WEEKDAYS_EN.index(m[1].lower()), m.string)
 
 
 _EN_NAMED_DAYS = {
@@ -399,8 +400,7 @@ def _zh_which_week(m: re.Match[str], day: date) -> tuple[Period, str]:
 
 
 def _zh_bare_weekday(m: re.Match[str], day: date) -> tuple[Period, str] | None:
-    period = _weekday_named(day, _WEEKDAYS_ZH.index(m[1].replace("天", "日")), m.string)
-    return None if period is None else (period, "day")
+    return _weekday_named(day, _WEEKDAYS_ZH.index(m[1].replace("天", "日")), m.string)
 
 
 def _zh_month(m: re.Match[str], day: date) -> tuple[Period, str] | None:
