@@ -101,8 +101,8 @@ def _extract_example(message: str, facts: list[dict[str, object]], context: str 
 
 
 def _extract_input(message: str, context: str) -> str:
-    # No date line: with one, the small default model answered reply-style wishes ("Keep your
-    # answers short please.") with an empty list.
+    # No date line: with one, the small default model answered reply-style wishes ("No bullet
+    # lists in your answers, please.") with an empty list.
     lines = [f"Language: {'Chinese' if has_cjk(message) else 'English'}"]
     if context:
         lines.append(f"Assistant's previous message: {json.dumps(context, ensure_ascii=False)}")
