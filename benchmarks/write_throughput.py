@@ -58,9 +58,12 @@ def _answer(system: str, message: str) -> str:
     return json.dumps({"answer": "no"})
 
 
-def fixed_latency_server(latency_s: float, port: int = 0) -> tuple[str, Callable[[], None]]:
+def fixed_latency_server(
+    latency_s: float, port: int = 0, fails_on: str | None = None
+) -> tuple[str, Callable[[], None]]:
     """An OpenAI-compatible chat completions endpoint on loopback (``port``, or a free one)
-    answering after ``latency_s``; returns its ``/v1`` URL and a function that stops it."""
+    answering after ``latency_s`` (500 to a prompt whose last message holds ``fails_on``, as a
+    server fails a request it cannot serve); returns its ``/v1`` URL and a function that stops it."""
 
     async def completions(request: Request) -> JSONResponse:
         import asyncio
@@ -68,6 +71,8 @@ def fixed_latency_server(latency_s: float, port: int = 0) -> tuple[str, Callable
         body = await request.json()
         await asyncio.sleep(latency_s)
         messages = body["messages"]
+        if fails_on is not None and fails_on in messages[-1]["content"]:
+            return JSONResponse({"error": {"message": "the worker crashed on this request"}}, status_code=500)
         content = _answer(messages[0]["content"], messages[-1]["content"])
         usage = {"prompt_tokens": 300, "completion_tokens": 20}
         return JSONResponse(

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from memory_core.llm.base import ChatMessage, Completion
+from memory_core.llm.structured import PING_SYSTEM
 from memory_core.write import prompts
 
 Answer = str | Callable[[str], str]
@@ -30,6 +31,7 @@ class ScriptedEngine:
             "forget_intent": "yes",
             "forget_target": json.dumps({"target": "x"}),
             "forget_match": "no",
+            "ping": "yes",
         }
         self.calls: list[str] = []
         self.latency_s = 0.0  # a fixed time per call, as a real engine would take
@@ -46,6 +48,7 @@ class ScriptedEngine:
             prompts.FORGET_INTENT_SYSTEM: "forget_intent",
             prompts.FORGET_TARGET_SYSTEM: "forget_target",
             prompts.FORGET_MATCH_SYSTEM: "forget_match",
+            PING_SYSTEM: "ping",
         }
         return kinds[system]
 

@@ -27,7 +27,7 @@ from memory_core.llm.openai_engine import OpenAIEngine
 from memory_core.models import Role, Turn
 from memory_core.service import Remember, open_local_service
 from memory_core.settings import ServeSettings, Settings, WriteSettings
-from memory_core.write import writes
+from memory_core.write import pipeline, writes
 from memory_core.write.lanes import WriteLanes
 from memory_core.write.writes import UserWrites
 from tests.asgi_app import local_api
@@ -264,6 +264,7 @@ def test_a_queued_turn_waits_for_an_llm_that_cannot_be_reached_and_is_written_on
     engine = ScriptedEngine()
     engine.script("judge", _unreachable, _unreachable, "yes", "yes")
     engine.script("extract", _unreachable, facts_json(("User grows chillies", "identity", "fact", False)))
+    engine.script("ping", _unreachable, _unreachable, _unreachable)  # an outage: nothing answers
     engine.defaults["extract"] = facts_json(("User keeps bees", "identity", "fact", False))
     service = open_local_service(settings, clock, embedder, engine)
     lanes = WriteLanes(settings.write)
@@ -275,14 +276,17 @@ def test_a_queued_turn_waits_for_an_llm_that_cannot_be_reached_and_is_written_on
         "User grows chillies",
         "User keeps bees",
     ]
-    assert engine.calls[:6] == [
+    assert engine.calls[:9] == [
         "judge",
+        "ping",
         "judge",
+        "ping",
         "judge",
         "extract",
+        "ping",
         "judge",
         "extract",
-    ]  # the first turn, tried again
+    ]  # the first turn, tried again after each failure and a short request that failed too
     assert service.facts.pending_turns() == []
     lanes.close()
     service.close()
@@ -292,7 +296,7 @@ def test_a_write_waiting_for_the_llm_gives_way_to_an_erase_and_to_a_stop_and_los
     settings: Settings, clock: ManualClock, embedder: Embedder, quick_retries: None
 ) -> None:
     engine = ScriptedEngine()
-    engine.defaults["judge"] = _unreachable
+    engine.defaults["judge"] = engine.defaults["ping"] = _unreachable
     service = open_local_service(settings, clock, embedder, engine)
     lanes = WriteLanes(settings.write)
     queued = UserWrites(service, lanes)
@@ -349,6 +353,77 @@ def test_an_accepted_turn_is_written_when_the_llm_server_comes_up(
         assert 'longmem_writes_waiting_for_llm{part="local"} 0.0' in client.get("/metrics").text
         [memory] = client.get("/v1/users/pam/memories").json()["memories"]
         assert "I restore old radios" in memory["text"]
+    service.close()
+
+
+def test_a_turn_the_llm_fails_on_while_it_answers_other_requests_is_reported_not_waited_for(
+    settings: Settings, clock: ManualClock, embedder: Embedder, quick_retries: None
+) -> None:
+    """A turn the server failed every time (a prompt it times out on, or answers 5xx to) was
+    taken for an outage and waited for, for good: it held its user's lane, and as the probe every
+    other user's queued turns. Only tries in a row after which a short request was answered count."""
+    engine = ScriptedEngine()
+    tries = []
+
+    def fails_on_stamps(message: str) -> str:
+        if "stamps" in message:
+            tries.append(message)
+            raise LLMUnavailableError("read timed out")
+        return "yes"
+
+    engine.defaults["judge"] = fails_on_stamps
+    engine.defaults["extract"] = facts_json(("User repairs clocks", "identity", "fact", False))
+    engine.script("ping", "yes", "yes", "yes", "yes", _unreachable)  # then up: count again
+    service = open_local_service(settings, clock, embedder, engine)
+    lanes = WriteLanes(settings.write)
+    queued = UserWrites(service, lanes)
+    said = [Turn(role=Role.USER, content="I collect stamps"), Turn(role=Role.USER, content="I repair clocks")]
+    outcomes = queued.queue_turns("acme:rue", "s", said).future.result(timeout=30)
+    assert outcomes[0].skipped == "error" and "failed this turn 5 times: read timed out" in (
+        outcomes[0].error or ""
+    )
+    assert outcomes[1].error is None and [f.text for f in outcomes[1].facts] == ["User repairs clocks"]
+    assert len(tries) == pipeline.TRIES_WHILE_LLM_ANSWERS + 5  # 4 up, 1 down, then 5 up in a row
+    assert service.facts.pending_turns() == [] and lanes.waiting_for_llm() == 0
+    lanes.close()
+    service.close()
+
+
+def test_a_turn_a_real_server_keeps_failing_does_not_hold_back_other_users(
+    settings: Settings, clock: ManualClock, embedder: Embedder, quick_retries: None
+) -> None:
+    """Over HTTP, against a server that answers 500 to one turn's prompts and others' in time."""
+    url, stop_llm = fixed_latency_server(0.01, fails_on="kaboom")
+    settings.serve = ServeSettings(local_only=True)
+    service = open_local_service(settings, clock, embedder, OpenAIEngine(url, "fixed-latency", timeout_s=5))
+    poisoned = {"wait": False, "turns": [{"role": "user", "content": "I play drums in a band called the kaboom trio"}]}
+    plain = {"wait": False, "turns": [{"role": "user", "content": "I restore old radios"}]}
+    try:
+        with TestClient(local_api(service)) as client:
+            jobs = [
+                client.post(f"/v1/users/{who}/turns", json=body)
+                for who, body in [("ari", poisoned), ("bo", plain)]
+            ]
+            assert [j.status_code for j in jobs] == [202, 202]
+            done = []
+            deadline = time.monotonic() + 60
+            for job in jobs:
+                while (state := client.get(f"/v1/jobs/{job.json()['job_id']}").json())["status"] == "running":
+                    assert time.monotonic() < deadline, "a turn the server keeps failing was waited for"
+                    time.sleep(0.05)
+                done.append(state)
+            assert [d["status"] for d in done] == ["done", "done"], done
+            assert (
+                "failed this turn 5 times" in done[0]["results"][0]["error"]
+                and "500" in done[0]["results"][0]["error"]
+            )
+            assert done[1]["results"][0]["error"] is None
+            [memory] = client.get("/v1/users/bo/memories").json()["memories"]
+            assert "I restore old radios" in memory["text"]
+            assert client.get("/v1/users/ari/memories").json()["memories"] == []
+            assert 'longmem_writes_waiting_for_llm{part="local"} 0.0' in client.get("/metrics").text
+    finally:
+        stop_llm()
     service.close()
 
 

@@ -13,10 +13,14 @@ import pydantic
 from opentelemetry.util.types import AttributeValue
 
 from memory_core import telemetry
-from memory_core.errors import LLMOutputError
+from memory_core.errors import LLMError, LLMOutputError, LLMUnavailableError
 from memory_core.llm.base import ChatMessage, Completion, LLMEngine
 
 T = TypeVar("T", bound=pydantic.BaseModel)
+
+# The shortest request there is: answered, the engine is up.
+PING_SYSTEM = "You check that a chat model answers. Reply yes."
+_PING = (ChatMessage(role="system", content=PING_SYSTEM), ChatMessage(role="user", content="Are you there?"))
 
 
 @dataclass
@@ -127,6 +131,18 @@ class StructuredLLM:
             with self._lock:
                 self.stats.invalid_outputs += 1
         raise LLMOutputError("choice", f"expected one of {list(choices)}, got {len(answer)} other characters")
+
+    def answers(self) -> bool:
+        """Whether the engine answers a minimal request now (one short call, counted). After a
+        request failed as unavailable it tells an outage (False) from a request that fails on
+        its own (True): a prompt the server times out on, or answers 5xx to, every time."""
+        try:
+            self.choose(_PING, ("yes", "no"))
+        except LLMUnavailableError:
+            return False
+        except LLMError:  # refused, or answered off the choices: it is up
+            return True
+        return True
 
     def reply(self, messages: Sequence[ChatMessage], max_tokens: int) -> Completion:
         """A free-text answer (no schema), counted like every other call.

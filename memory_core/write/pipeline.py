@@ -30,6 +30,10 @@ from memory_core.write.speakers import agrees, borrowed_words, echoed, listener_
 
 log = logging.getLogger("longmem.write")
 
+# Tries of one turn that failed as unavailable while the LLM answered a minimal request right
+# after each: then the turn is reported with the error instead of waited for.
+TRIES_WHILE_LLM_ANSWERS = 5
+
 
 @dataclass
 class TurnOutcome:
@@ -99,7 +103,11 @@ class WritePath:
 
         A turn whose LLM calls fail is reported with ``error`` and writes nothing; the other
         turns go on. With ``wait_for_llm``, a turn the LLM could not be reached for is not given
-        up: ``wait_for_llm`` waits and says whether to try that turn again (True) or stop (False).
+        up: ``wait_for_llm`` waits and says whether to try that turn again (True) or stop (False);
+        unless the LLM answered a minimal request after each of :data:`TRIES_WHILE_LLM_ANSWERS`
+        tries in a row: not an outage but a turn the server fails on (times out on, answers 5xx
+        to), reported with the error. Waited for, it held its user's lane, and as the probe of
+        an outage every user's queued turns, for good.
 
         Raises:
             StorageError: a write was not made durable (earlier turns' writes stand).
@@ -118,6 +126,7 @@ class WritePath:
             with telemetry.span("longmem.write.turn") as traced:
                 # What a try deleted before the LLM was lost: the next try must not look again.
                 forgotten: list[ForgetResult] = []
+                failed_while_up = 0
                 while True:
                     try:
                         outcome = self._process_turn(
@@ -130,8 +139,17 @@ class WritePath:
                             forgotten,
                         )
                         break
-                    except LLMUnavailableError:  # raised only with wait_for_llm: try the turn again
-                        if wait_for_llm is None or not wait_for_llm():
+                    except LLMUnavailableError as exc:  # raised only with wait_for_llm: try again
+                        if wait_for_llm is None:
+                            raise
+                        failed_while_up = failed_while_up + 1 if self._llm.answers() else 0
+                        if failed_while_up == TRIES_WHILE_LLM_ANSWERS:
+                            said = (
+                                f"the LLM answers other requests but failed this turn {failed_while_up} times"
+                            )
+                            outcome = self._failed(turn, exc, forgotten, f"{said}: {exc}")
+                            break
+                        if not wait_for_llm():
                             raise
                 traced.set_attributes(
                     {
@@ -207,13 +225,22 @@ class WritePath:
         except LLMError as exc:
             if raise_unavailable and isinstance(exc, LLMUnavailableError):
                 raise
-            # The class only: no user id, turn id or message (which may quote the turn) in logs;
-            # the caller gets the whole error in the outcome.
-            log.warning("a turn was not written: %s", type(exc).__name__)
-            outcome.skipped, outcome.error = "error", str(exc)
-            return outcome
+            return self._failed(turn, exc, done)
         with telemetry.span("store"):
             self._apply(user_id, turn, plan, at, outcome)
+        return outcome
+
+    @staticmethod
+    def _failed(
+        turn: Turn, exc: LLMError, forgotten: list[ForgetResult], said: str | None = None
+    ) -> TurnOutcome:
+        """A turn not written for ``exc`` (``said``: the error to report, when not the
+        exception's own words); what a forget request deleted before it stands."""
+        # The class only: no user id, turn id or message (which may quote the turn) in logs;
+        # the caller gets the whole error in the outcome.
+        log.warning("a turn was not written: %s", type(exc).__name__)
+        outcome = TurnOutcome(turn_id=turn.turn_id, skipped="error", error=said or str(exc))
+        outcome.forgotten = forgotten[0] if forgotten else None
         return outcome
 
     def _plan(
