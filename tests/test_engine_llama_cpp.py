@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -10,7 +12,7 @@ import pytest
 from llama_cpp import Llama
 
 from memory_core.llm.base import ChatMessage, LLMEngine
-from memory_core.llm.llama_cpp_engine import LlamaCppEngine, choice_grammar
+from memory_core.llm.llama_cpp_engine import LlamaCppEngine, choice_grammar, drop_unused_states
 from memory_core.llm.packaged import smollm2_path
 from tests.engine_contract import ALL_CHECKS
 
@@ -50,6 +52,20 @@ def test_prompt_state_cache_stays_within_its_limit_and_restores_exactly() -> Non
         eng.close()
 
 
+def test_kept_states_unused_for_a_month_are_removed_with_their_empty_folders(tmp_path: Path) -> None:
+    """Every upgrade of the prompts, the model or llama.cpp left its kept states (~20-80 MB
+    each) on disk for good."""
+    now = time.time()
+    ages = {"old-model/a.npz": 31, "old-model/b.12.34.part.npz": 40, "current/c.npz": 29, "current/d.npz": 31}
+    for name, days in ages.items():
+        path = tmp_path / name
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(b"state")
+        os.utime(path, (now - days * 86400, now - days * 86400))
+    assert drop_unused_states(tmp_path, now) == 3
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == ["current", "current/c.npz"]
+
+
 def test_warmed_beginnings_are_evaluated_once_per_machine_and_change_no_answer(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -85,10 +101,18 @@ def test_warmed_beginnings_are_evaluated_once_per_machine_and_change_no_answer(
     assert "Owls eat mice" in text and "cats" not in text and "goats" not in text
 
     evaluated.clear()
+    days_ago = time.time() - 10 * 86400
+    os.utime(kept, (days_ago, days_ago))
+    older_model = tmp_path / "an-older-model" / "0123.npz"  # read by no engine for 31 days
+    older_model.parent.mkdir()
+    older_model.write_bytes(b"state")
+    os.utime(older_model, (days_ago - 21 * 86400, days_ago - 21 * 86400))
     second = LlamaCppEngine(smollm2_path(), n_ctx=2048, warm=[beginning], state_dir=tmp_path)
+    assert not older_model.parent.exists()
     assert [second.complete_text(m, max_tokens=12).text for m in asks] == expected
     read_back = sum(evaluated)  # each call evaluated its own question (and its answer) only
     assert read_back < warmed_once - len(tokens) + 30, (read_back, warmed_once, len(tokens))
+    assert kept.stat().st_mtime > days_ago + 86400  # read: in use, not removed as unused
     second.close()
 
     # Read whole but refused by llama.cpp: the engine had taken the file's tokens for its own,

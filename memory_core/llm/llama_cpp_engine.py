@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import threading
+import time
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,6 +22,10 @@ log = logging.getLogger("longmem.llm")
 
 # What a warmed beginning is followed by when it is evaluated: a fixed message, no user's text.
 _WARM_MESSAGE = "-"
+# A kept state that no engine has read or written for this long is removed when an engine
+# starts: the beginnings of older prompts, models and llama.cpp versions (~20-80 MB each), which
+# no engine will read again, piled up with every upgrade.
+STATE_UNUSED_S = 30 * 86400
 
 
 def choice_grammar(choices: Sequence[str]) -> str:
@@ -88,6 +93,29 @@ def _write_state(path: Path, state: Any) -> None:
         raise
 
 
+def drop_unused_states(state_dir: Path, now: float, unused_s: float = STATE_UNUSED_S) -> int:
+    """Remove the states kept under ``state_dir`` (and half-written ones) that no engine has
+    read or written for ``unused_s`` seconds before ``now``, and the folders left empty.
+
+    Returns:
+        How many files were removed.
+    """
+    removed = 0
+    for path in state_dir.glob("*/*.npz"):
+        try:
+            if path.stat().st_mtime < now - unused_s:
+                path.unlink()
+                removed += 1
+        except FileNotFoundError:  # another engine removed it first
+            continue
+    for folder in state_dir.glob("*/"):
+        try:
+            folder.rmdir()  # only when empty
+        except OSError:
+            continue
+    return removed
+
+
 def _digest(messages: Sequence[ChatMessage]) -> str:
     text = json.dumps([m.model_dump() for m in messages], ensure_ascii=False)
     return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
@@ -138,6 +166,8 @@ class LlamaCppEngine:
         self._lock = threading.Lock()
         self.name = f"llama.cpp:{model_path.name}"
         folder = state_dir / self._model_key(model_path, n_ctx) if state_dir else None
+        if state_dir is not None and state_dir.is_dir():
+            drop_unused_states(state_dir, time.time())
         # Beginnings no call has started with yet, by digest, with the path their state is kept at.
         self._unwarmed: dict[str, tuple[list[ChatMessage], Path | None]] = {}
         for beginning in warm:
@@ -169,6 +199,10 @@ class LlamaCppEngine:
             self._llm.reset()
             return False
         self._cache[state.input_ids[: state.n_tokens].tolist()] = state
+        try:
+            os.utime(path)  # in use: not removed as unused
+        except OSError:  # a cache on a read-only disk: it is read all the same
+            pass
         return True
 
     def _warm(self, beginning: list[ChatMessage], path: Path | None) -> None:
