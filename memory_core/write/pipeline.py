@@ -30,8 +30,8 @@ from memory_core.write.speakers import agrees, borrowed_words, echoed, listener_
 
 log = logging.getLogger("longmem.write")
 
-# Tries of one turn that failed as unavailable while the LLM answered a minimal request right
-# after each: then the turn is reported with the error instead of waited for.
+# Tries of one turn in a row that failed as unavailable while the LLM answered a minimal request
+# right after each: then the turn is reported with the error instead of waited for.
 TRIES_WHILE_LLM_ANSWERS = 5
 
 
@@ -103,11 +103,12 @@ class WritePath:
 
         A turn whose LLM calls fail is reported with ``error`` and writes nothing; the other
         turns go on. With ``wait_for_llm``, a turn the LLM could not be reached for is not given
-        up: ``wait_for_llm`` waits and says whether to try that turn again (True) or stop (False);
-        unless the LLM answered a minimal request after each of :data:`TRIES_WHILE_LLM_ANSWERS`
-        tries in a row: not an outage but a turn the server fails on (times out on, answers 5xx
-        to), reported with the error. Waited for, it held its user's lane, and as the probe of
-        an outage every user's queued turns, for good.
+        up: ``wait_for_llm`` waits and says whether to go on (True) or stop (False), and the turn
+        is tried again once the LLM answers a minimal request. When that request was answered at
+        once after each of :data:`TRIES_WHILE_LLM_ANSWERS` tries in a row, it is not an outage but
+        a turn the server fails on (times out on, answers 5xx to), reported with the error:
+        waited for, it held its user's lane, and as the probe of an outage every user's queued
+        turns, for good.
 
         Raises:
             StorageError: a write was not made durable (earlier turns' writes stand).
@@ -142,15 +143,16 @@ class WritePath:
                     except LLMUnavailableError as exc:  # raised only with wait_for_llm: try again
                         if wait_for_llm is None:
                             raise
-                        failed_while_up = failed_while_up + 1 if self._llm.answers() else 0
+                        answered = self._await_llm(wait_for_llm)
+                        if answered is None:
+                            raise
+                        failed_while_up = failed_while_up + 1 if answered else 0
                         if failed_while_up == TRIES_WHILE_LLM_ANSWERS:
                             said = (
                                 f"the LLM answers other requests but failed this turn {failed_while_up} times"
                             )
                             outcome = self._failed(turn, exc, forgotten, f"{said}: {exc}")
                             break
-                        if not wait_for_llm():
-                            raise
                 traced.set_attributes(
                     {
                         "longmem.skipped": outcome.skipped or "",
@@ -167,6 +169,21 @@ class WritePath:
             outcomes.append(outcome)
             context = ""
         return outcomes
+
+    def _await_llm(self, wait_for_llm: Callable[[], bool]) -> bool | None:
+        """After a turn failed as unavailable: wait, then send the LLM the shortest request,
+        until it is answered (in an outage each retry costs that request, not a turn's prompt).
+
+        Returns:
+            True when the first was answered (the failure was the turn's own, not an outage's),
+            False when a later one was, None when ``wait_for_llm`` said stop.
+        """
+        at_once = True
+        while wait_for_llm():
+            if self._llm.answers():
+                return at_once
+            at_once = False
+        return None
 
     def _process_turn(
         self,
