@@ -358,6 +358,67 @@ def test_an_accepted_turn_is_written_when_the_llm_server_comes_up(
     service.close()
 
 
+def test_a_batch_left_for_the_next_start_keeps_the_users_later_batches_behind_it(
+    settings: Settings, clock: ManualClock, embedder: Embedder, quick_retries: None
+) -> None:
+    """The writer stopping ended a write waiting for the LLM (its batch stays for the next
+    start), then ran the user's later batch as the lanes drained: the LLM answering it then wrote
+    it before the earlier one."""
+    engine = ScriptedEngine()
+
+    def down_for_sailing(message: str) -> str:
+        if "sail" in message:
+            raise LLMUnavailableError("cannot reach the test's LLM")
+        return "yes"
+
+    engine.defaults["judge"] = down_for_sailing
+    engine.defaults["ping"] = _unreachable
+    service = open_local_service(settings, clock, embedder, engine)
+    lanes = WriteLanes(settings.write)
+    queued = UserWrites(service, lanes)
+    first = queued.queue_turns("acme:uma", "s", [Turn(role=Role.USER, content="I sail a dinghy")])
+    later = queued.queue_turns("acme:uma", "s", [Turn(role=Role.USER, content="I bake rye bread")])
+    deadline = time.monotonic() + 30
+    while engine.calls.count("ping") < 2:
+        assert time.monotonic() < deadline, "the first batch did not wait for the LLM"
+        time.sleep(0.01)
+    lanes.close(wait=True)
+    for job in (first, later):
+        with pytest.raises(LLMUnavailableError, match="stay accepted"):
+            job.future.result(timeout=10)
+    assert [len(b.turns) for b in service.facts.pending_turns()] == [1, 1]
+    assert service.list_facts("acme:uma") == []
+
+    extracted: list[str] = []
+
+    def fact_of(message: str) -> str:
+        extracted.append("User sails a dinghy" if "sail" in message else "User bakes rye bread")
+        return facts_json((extracted[-1], "identity", "fact", False))
+
+    engine.defaults["judge"], engine.defaults["extract"] = "yes", fact_of  # the next start
+    lanes = WriteLanes(settings.write)
+    assert UserWrites(service, lanes).resume() == 2
+    lanes.close(wait=True)
+    assert extracted == ["User sails a dinghy", "User bakes rye bread"]  # written in the order accepted
+    assert sorted(f.text for f in service.list_facts("acme:uma")) == extracted[::-1]
+
+    engine.defaults["judge"] = down_for_sailing  # an erase takes the batch left behind with the user
+    lanes = WriteLanes(settings.write)
+    queued = UserWrites(service, lanes)
+    erased = queued.queue_turns("acme:vic", "s", [Turn(role=Role.USER, content="I sail a dinghy")])
+    while engine.calls.count("ping") < 4:
+        assert time.monotonic() < deadline + 30, "the batch did not wait for the LLM"
+        time.sleep(0.01)
+    queued.erase("acme:vic")
+    with pytest.raises(LLMUnavailableError, match="stay accepted"):
+        erased.future.result(timeout=10)
+    after = queued.queue_turns("acme:vic", "s", [Turn(role=Role.USER, content="I bake rye bread")])
+    assert after.future.result(timeout=10)[0].error is None
+    assert [f.text for f in service.list_facts("acme:vic")] == ["User bakes rye bread"]
+    lanes.close()
+    service.close()
+
+
 def test_a_turn_the_llm_fails_on_while_it_answers_other_requests_is_reported_not_waited_for(
     settings: Settings, clock: ManualClock, embedder: Embedder, quick_retries: None
 ) -> None:
@@ -398,7 +459,10 @@ def test_a_turn_a_real_server_keeps_failing_does_not_hold_back_other_users(
     url, stop_llm = fixed_latency_server(0.01, fails_on="kaboom")
     settings.serve = ServeSettings(local_only=True)
     service = open_local_service(settings, clock, embedder, OpenAIEngine(url, "fixed-latency", timeout_s=5))
-    poisoned = {"wait": False, "turns": [{"role": "user", "content": "I play drums in a band called the kaboom trio"}]}
+    poisoned = {
+        "wait": False,
+        "turns": [{"role": "user", "content": "I play drums in a band called the kaboom trio"}],
+    }
     plain = {"wait": False, "turns": [{"role": "user", "content": "I restore old radios"}]}
     try:
         with TestClient(local_api(service)) as client:

@@ -107,6 +107,9 @@ class UserWrites:
         self.lanes = lanes
         self.jobs = jobs or JobQueue()
         self._label = label
+        # Users with a batch that stopped waiting for the LLM and stays for the next start: their
+        # later batches stay too, or one the LLM answered in the meantime would be written first.
+        self._left: set[str] = set()
 
     def ingest(
         self, user_id: str, session_id: str, turns: Sequence[Turn], at: datetime | None = None
@@ -181,6 +184,10 @@ class UserWrites:
         resumed: bool = False,
     ) -> list[TurnOutcome]:
         svc = self.service
+        if user_id in self._left:
+            raise LLMUnavailableError(
+                "an earlier batch of the user waits for the next start; the turns stay accepted"
+            )
         if resumed:
             # A process that died in the middle of this batch may have written some of its
             # turns: their memories carry their ids.
@@ -201,6 +208,7 @@ class UserWrites:
         except LLMUnavailableError as exc:
             # Not done: the batch stays in the inbox, and the next start writes it (an erase
             # takes it with the user).
+            self._left.add(user_id)
             raise LLMUnavailableError(
                 f"stopped waiting for the LLM ({exc}); the turns stay accepted"
             ) from None
@@ -266,7 +274,12 @@ class UserWrites:
         Returns:
             The receipt, and how many job records went (their results held memory text).
         """
-        _, receipt = self.lanes.run_alone(user_id, lambda: self.service.erase(user_id))
+
+        def erase() -> EraseReceipt:
+            self._left.discard(user_id)  # its batches left for the next start go with it
+            return self.service.erase(user_id)
+
+        _, receipt = self.lanes.run_alone(user_id, erase)
         return receipt, self.jobs.forget_user(user_id)
 
     def stats(self) -> dict[str, dict[str, float]]:
