@@ -11,7 +11,7 @@ without a year ("in June", "六月") is the last June for what happened ("went",
 one otherwise ("will", "starts in June", "六月考"); a month that comes back every year ("birthday
 in June") stays as said. A bare weekday ("on Friday", "周五") is the last such day for what
 happened and the next one for a plan ("will", "is flying out", "要") or something arranged
-("booked a table for Friday", "约了"); told in the present
+("booked a table for Friday", "约了", "朋友约我"); told in the present
 ("works on Saturday") or as a habit ("every", "usually", "每") it names no one day and stays as
 said: guessing its date would store something the user never meant.
 """
@@ -183,11 +183,11 @@ def _in_past(text: str) -> bool:
 
 
 # Something arranged, told in the past, happens on a day to come: "got a dentist appointment on
-# Tuesday", "booked a table for Friday", "周日约了同事打球".
+# Tuesday", "booked a table for Friday", "周日约了同事打球", "表哥约他周五吃饭".
 _ARRANGED = re.compile(
     r"\b(?:booked|scheduled|arranged|signed up|got (?:an? |my |the )?(?:\w+ )?(?:interview|appointment"
     r"|meeting|exam|test|date|booking|reservation|flight|call|match|game|session|class)s?)\b"
-    r"|约了|订了|报了|安排了|预约",
+    r"|约[了我他她你]|订了|报了|安排了|预约",
     re.IGNORECASE,
 )
 
