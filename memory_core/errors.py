@@ -133,7 +133,16 @@ class LLMError(LongmemError):
 
 
 class LLMUnavailableError(LLMError):
-    """The engine cannot be loaded or reached."""
+    """The engine cannot be loaded or reached. ``overloaded``: the server said it is busy or
+    limited (429, 503, a gateway's 502/504, 408), which is never the request's own fault."""
+
+    def __init__(self, message: str, overloaded: bool = False) -> None:
+        self.overloaded = overloaded
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple[type[LLMUnavailableError], tuple[str, bool]]:
+        # Raised in the LLM deployment's replica, it reaches the writer pickled.
+        return type(self), (str(self), self.overloaded)
 
 
 class LLMRejectedError(LLMError):

@@ -52,18 +52,38 @@ def test_prompt_state_cache_stays_within_its_limit_and_restores_exactly() -> Non
         eng.close()
 
 
-def test_kept_states_unused_for_a_month_are_removed_with_their_empty_folders(tmp_path: Path) -> None:
+def test_kept_states_unused_for_a_month_are_removed_with_their_empty_folders(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Every upgrade of the prompts, the model or llama.cpp left its kept states (~20-80 MB
-    each) on disk for good."""
+    each) on disk for good. The states the starting engine is about to read stay, however old
+    (read once per process, a state of a server up for a month was as old as its start)."""
     now = time.time()
-    ages = {"old-model/a.npz": 31, "old-model/b.12.34.part.npz": 40, "current/c.npz": 29, "current/d.npz": 31}
+    ages = {
+        "old-model/a.npz": 31,
+        "old-model/b.12.34.part.npz": 40,
+        "current/old-prompt.npz": 31,
+        "current/c.npz": 29,
+        "current/d.npz": 45,
+    }
     for name, days in ages.items():
         path = tmp_path / name
         path.parent.mkdir(exist_ok=True)
         path.write_bytes(b"state")
         os.utime(path, (now - days * 86400, now - days * 86400))
-    assert drop_unused_states(tmp_path, now) == 3
-    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == ["current", "current/c.npz"]
+    assert drop_unused_states(tmp_path, now, keep={tmp_path / "current/d.npz"}) == 3
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == [
+        "current",
+        "current/c.npz",
+        "current/d.npz",
+    ]
+
+    def read_only(self: Path, missing_ok: bool = False) -> None:
+        raise OSError(30, "Read-only file system", str(self))
+
+    monkeypatch.setattr(Path, "unlink", read_only)  # a state that cannot go stays; no error
+    assert drop_unused_states(tmp_path, now + 60 * 86400) == 0
+    assert len(list(tmp_path.rglob("*.npz"))) == 2
 
 
 def test_warmed_beginnings_are_evaluated_once_per_machine_and_change_no_answer(
@@ -101,9 +121,9 @@ def test_warmed_beginnings_are_evaluated_once_per_machine_and_change_no_answer(
     assert "Owls eat mice" in text and "cats" not in text and "goats" not in text
 
     evaluated.clear()
-    days_ago = time.time() - 10 * 86400
+    days_ago = time.time() - 40 * 86400  # a server up for 40 days: this engine reads it all the same
     os.utime(kept, (days_ago, days_ago))
-    older_model = tmp_path / "an-older-model" / "0123.npz"  # read by no engine for 31 days
+    older_model = tmp_path / "an-older-model" / "0123.npz"  # read by no engine since
     older_model.parent.mkdir()
     older_model.write_bytes(b"state")
     os.utime(older_model, (days_ago - 21 * 86400, days_ago - 21 * 86400))

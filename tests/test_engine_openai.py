@@ -144,9 +144,20 @@ def test_accepted_json_schema_is_never_downgraded() -> None:
 
 def test_server_error_is_unavailable_with_status_and_message() -> None:
     rec = Recorder(httpx.Response(500, json={"error": {"message": "CUDA out of memory"}}))
-    with pytest.raises(LLMUnavailableError, match="500: CUDA out of memory"):
+    with pytest.raises(LLMUnavailableError, match="500: CUDA out of memory") as info:
         _engine(rec).complete_json(HI, {"type": "object"}, max_tokens=8)
     assert len(rec.requests) == 2  # the one dialect retry, no more
+    assert not info.value.overloaded
+
+
+@pytest.mark.parametrize("status", [408, 429, 502, 503, 504])
+def test_a_busy_or_limited_server_is_overloaded_never_the_requests_fault(status: int) -> None:
+    """A rate limit lets the write path's short request through and refuses its long prompts:
+    taken for a turn the server fails on, each queued user's turn was reported and lost."""
+    rec = Recorder(httpx.Response(status, json={"error": {"message": "Rate limit reached"}}))
+    with pytest.raises(LLMUnavailableError, match=f"{status}: Rate limit reached") as info:
+        _engine(rec).complete_choice(HI, ["a", "b"])
+    assert info.value.overloaded
 
 
 def test_overloaded_server_is_not_retried() -> None:

@@ -255,6 +255,12 @@ def quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(writes, "LLM_RETRY_S", (0.05,))
 
 
+@pytest.fixture
+def quick_to_report(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A turn the server fails on is reported after its tries, however short they took."""
+    monkeypatch.setattr(pipeline, "FAILING_WHILE_LLM_ANSWERS_S", 0.0)
+
+
 def test_a_queued_turn_waits_for_an_llm_that_cannot_be_reached_and_is_written_once_it_answers(
     settings: Settings, clock: ManualClock, embedder: Embedder, quick_retries: None
 ) -> None:
@@ -420,7 +426,7 @@ def test_a_batch_left_for_the_next_start_keeps_the_users_later_batches_behind_it
 
 
 def test_a_turn_the_llm_fails_on_while_it_answers_other_requests_is_reported_not_waited_for(
-    settings: Settings, clock: ManualClock, embedder: Embedder, quick_retries: None
+    settings: Settings, clock: ManualClock, embedder: Embedder, quick_retries: None, quick_to_report: None
 ) -> None:
     """A turn the server failed every time (a prompt it times out on, or answers 5xx to) was
     taken for an outage and waited for, for good: it held its user's lane, and as the probe every
@@ -452,8 +458,44 @@ def test_a_turn_the_llm_fails_on_while_it_answers_other_requests_is_reported_not
     service.close()
 
 
-def test_a_turn_a_real_server_keeps_failing_does_not_hold_back_other_users(
+def test_a_busy_or_limited_llm_and_a_short_run_of_failures_never_lose_a_turn(
     settings: Settings, clock: ManualClock, embedder: Embedder, quick_retries: None
+) -> None:
+    """Rate limited (429) while the short request got through, or failing one turn a few times
+    in a row for a moment, a turn was reported after 5 tries (18 s of waiting) and lost, then
+    each queued user's turn after it."""
+    engine = ScriptedEngine()
+    refusals = {
+        "chillies": [LLMUnavailableError("answered 429: Rate limit reached", overloaded=True)] * 8,
+        "bees": [LLMUnavailableError("answered 500: worker restarted")] * 7,
+    }
+
+    def judge(message: str) -> str:
+        for word, errors in refusals.items():
+            if word in message and errors:
+                raise errors.pop()
+        return "yes"
+
+    engine.defaults["judge"] = judge
+    engine.defaults["extract"] = lambda message: facts_json(
+        ("User grows chillies" if "chillies" in message else "User keeps bees", "identity", "fact", False)
+    )
+    service = open_local_service(settings, clock, embedder, engine)
+    lanes = WriteLanes(settings.write)
+    said = [Turn(role=Role.USER, content="I grow chillies"), Turn(role=Role.USER, content="I keep bees")]
+    outcomes = UserWrites(service, lanes).queue_turns("acme:ada", "s", said).future.result(timeout=30)
+    assert [o.error for o in outcomes] == [None, None]
+    assert sorted(f.text for f in service.list_facts("acme:ada")) == [
+        "User grows chillies",
+        "User keeps bees",
+    ]
+    assert refusals == {"chillies": [], "bees": []} and engine.calls.count("ping") == 15
+    lanes.close()
+    service.close()
+
+
+def test_a_turn_a_real_server_keeps_failing_does_not_hold_back_other_users(
+    settings: Settings, clock: ManualClock, embedder: Embedder, quick_retries: None, quick_to_report: None
 ) -> None:
     """Over HTTP, against a server that answers 500 to one turn's prompts and others' in time."""
     url, stop_llm = fixed_latency_server(0.01, fails_on="kaboom")

@@ -9,7 +9,7 @@ import os
 import threading
 import time
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -93,22 +93,29 @@ def _write_state(path: Path, state: Any) -> None:
         raise
 
 
-def drop_unused_states(state_dir: Path, now: float, unused_s: float = STATE_UNUSED_S) -> int:
+def drop_unused_states(
+    state_dir: Path, now: float, keep: Collection[Path] = (), unused_s: float = STATE_UNUSED_S
+) -> int:
     """Remove the states kept under ``state_dir`` (and half-written ones) that no engine has
-    read or written for ``unused_s`` seconds before ``now``, and the folders left empty.
+    read or written for ``unused_s`` seconds before ``now``, but those in ``keep`` (what this
+    engine is about to read), and the folders this emptied. A state that cannot be removed
+    stays: this is housekeeping, never a reason not to start.
 
     Returns:
         How many files were removed.
     """
-    removed = 0
+    removed, emptied = 0, set()
     for path in state_dir.glob("*/*.npz"):
+        if path in keep:
+            continue
         try:
             if path.stat().st_mtime < now - unused_s:
                 path.unlink()
                 removed += 1
-        except FileNotFoundError:  # another engine removed it first
-            continue
-    for folder in state_dir.glob("*/"):
+                emptied.add(path.parent)
+        except OSError as exc:  # gone already (another engine), or a read-only disk
+            log.debug("a kept prompt state was not removed (%s)", type(exc).__name__)
+    for folder in emptied:
         try:
             folder.rmdir()  # only when empty
         except OSError:
@@ -166,13 +173,15 @@ class LlamaCppEngine:
         self._lock = threading.Lock()
         self.name = f"llama.cpp:{model_path.name}"
         folder = state_dir / self._model_key(model_path, n_ctx) if state_dir else None
-        if state_dir is not None and state_dir.is_dir():
-            drop_unused_states(state_dir, time.time())
         # Beginnings no call has started with yet, by digest, with the path their state is kept at.
         self._unwarmed: dict[str, tuple[list[ChatMessage], Path | None]] = {}
         for beginning in warm:
             key = _digest(beginning)
             self._unwarmed[key] = (list(beginning), folder / f"{key}.npz" if folder else None)
+        if state_dir is not None and state_dir.is_dir():
+            drop_unused_states(
+                state_dir, time.time(), keep={path for _, path in self._unwarmed.values() if path}
+            )
 
     @staticmethod
     def _model_key(model_path: Path, n_ctx: int) -> str:

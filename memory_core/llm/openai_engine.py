@@ -42,6 +42,8 @@ _NO_DIALECT_RETRY = {401, 403, 404, 408, 429, 502, 503, 504}
 # (a bad key, a wrong model name, an overloaded or failing server) is the LLM being unavailable
 # until someone or something fixes it, and a queued write waits for it.
 _REJECTED = {400, 413, 422}
+# Busy or limited: waited for like an outage, never taken for a request the server fails on.
+_OVERLOADED = {408, 429, 502, 503, 504}
 _MAX_ERROR_CHARS = 500
 
 
@@ -188,7 +190,9 @@ class OpenAIEngine:
 
     def _failed(self, err: _HTTPStatusError) -> LLMUnavailableError | LLMRejectedError:
         said = f"{self._where} answered {err.status}: {err.message}"
-        return LLMRejectedError(said) if err.status in _REJECTED else LLMUnavailableError(said)
+        if err.status in _REJECTED:
+            return LLMRejectedError(said)
+        return LLMUnavailableError(said, overloaded=err.status in _OVERLOADED)
 
     def _body(self, messages: Sequence[ChatMessage], max_tokens: int) -> dict[str, Any]:
         return {

@@ -133,7 +133,8 @@ class StructuredLLM:
         raise LLMOutputError("choice", f"expected one of {list(choices)}, got {len(answer)} other characters")
 
     def answers(self) -> bool:
-        """Whether the engine answers a minimal request now (one short call, counted). After a
+        """Whether the engine answers a minimal request now (a short call, counted like the
+        others, and asked again once if answered off its two choices). After a
         request failed as unavailable it tells an outage (False) from a request that fails on
         its own (True): a prompt the server times out on, or answers 5xx to, every time."""
         try:

@@ -30,9 +30,11 @@ from memory_core.write.speakers import agrees, borrowed_words, echoed, listener_
 
 log = logging.getLogger("longmem.write")
 
-# Tries of one turn in a row that failed as unavailable while the LLM answered a minimal request
-# right after each: then the turn is reported with the error instead of waited for.
+# A turn is the server's to fail, reported with the error instead of waited for, after this many
+# tries in a row, over at least this many seconds, that failed as unavailable (not busy or
+# limited: 429, 503) while the LLM answered a minimal request right after each.
 TRIES_WHILE_LLM_ANSWERS = 5
+FAILING_WHILE_LLM_ANSWERS_S = 300.0
 
 
 @dataclass
@@ -70,6 +72,29 @@ class _Plan:
     echoes: int = 0
 
 
+class _OwnFailures:
+    """One turn's tries in a row that failed as unavailable while the LLM answered a minimal
+    request at once after each, and did not say it was busy or limited."""
+
+    def __init__(self) -> None:
+        self.tries = 0
+        self._since = 0.0
+
+    def add(self, exc: LLMUnavailableError, answered: bool) -> bool:
+        """Count a failed try (``answered``: the minimal request after it was answered at once);
+        True when the turn is the server's to fail."""
+        if not answered or exc.overloaded:
+            self.tries = 0
+            return False
+        self.tries += 1
+        if self.tries == 1:
+            self._since = time.monotonic()
+        return (
+            self.tries >= TRIES_WHILE_LLM_ANSWERS
+            and time.monotonic() - self._since >= FAILING_WHILE_LLM_ANSWERS_S
+        )
+
+
 class WritePath:
     """Turns conversation turns into durable memories."""
 
@@ -105,10 +130,11 @@ class WritePath:
         turns go on. With ``wait_for_llm``, a turn the LLM could not be reached for is not given
         up: ``wait_for_llm`` waits and says whether to go on (True) or stop (False), and the turn
         is tried again once the LLM answers a minimal request. When that request was answered at
-        once after each of :data:`TRIES_WHILE_LLM_ANSWERS` tries in a row, it is not an outage but
-        a turn the server fails on (times out on, answers 5xx to), reported with the error:
-        waited for, it held its user's lane, and as the probe of an outage every user's queued
-        turns, for good.
+        once after each of :data:`TRIES_WHILE_LLM_ANSWERS` tries in a row, over at least
+        :data:`FAILING_WHILE_LLM_ANSWERS_S`, and none was refused as busy or limited, it is not
+        an outage but a turn the server fails on (times out on, answers 500 to), reported with
+        the error: waited for, it held its user's lane, and as the probe of an outage every
+        user's queued turns, for good.
 
         Raises:
             StorageError: a write was not made durable (earlier turns' writes stand).
@@ -127,7 +153,7 @@ class WritePath:
             with telemetry.span("longmem.write.turn") as traced:
                 # What a try deleted before the LLM was lost: the next try must not look again.
                 forgotten: list[ForgetResult] = []
-                failed_while_up = 0
+                own = _OwnFailures()
                 while True:
                     try:
                         outcome = self._process_turn(
@@ -146,11 +172,8 @@ class WritePath:
                         answered = self._await_llm(wait_for_llm)
                         if answered is None:
                             raise
-                        failed_while_up = failed_while_up + 1 if answered else 0
-                        if failed_while_up == TRIES_WHILE_LLM_ANSWERS:
-                            said = (
-                                f"the LLM answers other requests but failed this turn {failed_while_up} times"
-                            )
+                        if own.add(exc, answered):
+                            said = f"the LLM answers other requests but failed this turn {own.tries} times"
                             outcome = self._failed(turn, exc, forgotten, f"{said}: {exc}")
                             break
                 traced.set_attributes(
