@@ -239,6 +239,13 @@ def test_command_writes_the_report_and_plot(
     for entry in data["systems"].values():
         assert {"evidence_recall", "by_category", "memories", "llm_calls", "ingest_seconds"} <= set(entry)
     assert data["systems"]["raw_turns"]["memories_per_turn"] == 1.0  # every turn is one
+    # Each scored question with what each system recalled for it, so a miss is read in the report.
+    [asked] = [c["questions"] for c in data["systems"]["raw_turns"]["per_conversation"]]
+    assert {"question", "category", "evidence", "evidence_recall", "recalled"} <= set(asked[0])
+    assert len(asked[0]["recalled"]) <= 2 and all(r["sources"] for r in asked[0]["recalled"])
+    for q in asked:
+        found = {s for r in q["recalled"] for s in r["sources"]}
+        assert q["evidence_recall"] == round(sum(e in found for e in q["evidence"]) / len(q["evidence"]), 4)
     assert data["systems"]["window"]["memories_per_turn"] == round(
         data["systems"]["window"]["memories"] / 5, 3
     )

@@ -555,6 +555,8 @@ def score_system(
     per_conversation = []
     for conversation, run in zip(conversations, runs, strict=True):
         scores = []
+        # Each scored question with what was recalled for it: a miss is read from the report.
+        asked = []
         for question, retrieved in zip(conversation.questions, run.results, strict=True):
             if not question.evidence:  # nothing to cover: the data set has a few such questions
                 continue
@@ -563,6 +565,18 @@ def score_system(
             if question.category != HEADLINE_EXCLUDED:
                 headline.append(value)
                 scores.append(value)
+            asked.append(
+                {
+                    "question": question.question,
+                    "category": question.category,
+                    "evidence": list(question.evidence),
+                    "evidence_recall": round(value, 4),
+                    "recalled": [
+                        {"text": r.text, "sources": list(r.sources), "score": round(r.score, 4)}
+                        for r in retrieved
+                    ],
+                }
+            )
         per_conversation.append(
             {
                 "id": conversation.id,
@@ -573,6 +587,7 @@ def score_system(
                 "llm_tokens": run.llm_tokens,
                 "ingest_seconds": round(run.ingest_seconds, 2),
                 **run.extra,
+                "questions": asked,
             }
         )
     return {
